@@ -1,0 +1,271 @@
+/* api.c -- the public collective calls: argument checks, algorithm choice,
+ * ordering with the non-blocking queue, sticky errors. */
+#include "collectives/coll.h"
+#include "common/dtype.h"
+#include "common/log.h"
+
+#include <string.h>
+
+#define CHECK_ARG(cond, comm, ...)                                          \
+    do {                                                                    \
+        if (!(cond)) {                                                      \
+            flx_error(COLL, (comm) ? (comm)->rank : -1, __VA_ARGS__);       \
+            return FLX_ERR_INVALID_ARG;                                     \
+        }                                                                   \
+    } while (0)
+
+static flx_status_t check_common(flx_comm_h comm, const char *fn, size_t count,
+                                 flx_dtype_t dtype, size_t nblocks)
+{
+    size_t es;
+
+    CHECK_ARG(comm != NULL, comm, "%s: comm is NULL", fn);
+    CHECK_ARG(flx_dtype_valid(dtype), comm, "%s: invalid dtype %d", fn, (int)dtype);
+    es = flx_dtype_size(dtype);
+    CHECK_ARG(count <= ((size_t)1 << 50) / es / nblocks, comm,
+              "%s: count %zu is absurd (over 1 PiB)", fn, count);
+    return FLX_OK;
+}
+
+static int ranges_overlap(const void *a, size_t alen, const void *b, size_t blen)
+{
+    const char *x = a, *y = b;
+    return x < y + blen && y < x + alen;
+}
+
+flx_algo_t comm_pick_allreduce(flx_comm_h comm, size_t count, flx_dtype_t dtype,
+                               flx_algo_t algo)
+{
+    if (algo == FLX_ALGO_AUTO)
+        algo = (flx_algo_t)comm->cfg.algo;
+    if (algo == FLX_ALGO_AUTO)
+        algo = model_pick_allreduce(comm->size, (double)count * flx_dtype_size(dtype),
+                                    comm->model.alpha_s, comm->model.beta_bytes_per_s,
+                                    (double)comm->cfg.chunk_size);
+    return algo;
+}
+
+flx_algo_t flx_allreduce_algo(flx_comm_h comm, size_t count, flx_dtype_t dtype)
+{
+    if (comm == NULL || !flx_dtype_valid(dtype))
+        return FLX_ALGO_AUTO;
+    return comm_pick_allreduce(comm, count, dtype, FLX_ALGO_AUTO);
+}
+
+/* Wait until earlier non-blocking requests have run, then take the
+ * execution lock.  Returns the communicator's sticky error, if any. */
+flx_status_t comm_enter(flx_comm_h comm)
+{
+    pthread_mutex_lock(&comm->lock);
+    while (comm->pending > 0)
+        pthread_cond_wait(&comm->cond, &comm->lock);
+    pthread_mutex_unlock(&comm->lock);
+    pthread_mutex_lock(&comm->exec);
+    if (comm->err != FLX_OK) {
+        pthread_mutex_unlock(&comm->exec);
+        return comm->err;
+    }
+    return FLX_OK;
+}
+
+flx_status_t comm_leave(flx_comm_h comm, flx_status_t st)
+{
+    if (st != FLX_OK && comm->err == FLX_OK)
+        comm->err = st;
+    pthread_mutex_unlock(&comm->exec);
+    return st;
+}
+
+/* The body of an allreduce; the caller holds the execution lock. */
+flx_status_t comm_run_allreduce(flx_comm_h comm, const void *sendbuf, void *recvbuf,
+                                size_t count, flx_dtype_t dtype, flx_op_t op,
+                                flx_algo_t algo)
+{
+    const size_t bytes = count * flx_dtype_size(dtype);
+
+    algo = comm_pick_allreduce(comm, count, dtype, algo);
+    if (sendbuf != recvbuf && bytes)
+        memcpy(recvbuf, sendbuf, bytes);
+    coll_begin(comm, COLL_ALLREDUCE, algo, dtype, op, count, "allreduce");
+    if (comm->size == 1)
+        return FLX_OK;
+    switch (algo) {
+    case FLX_ALGO_TREE: return coll_allreduce_tree(comm, recvbuf, count, dtype, op);
+    case FLX_ALGO_RD: return coll_allreduce_rd(comm, recvbuf, count, dtype, op);
+    default: return coll_allreduce_ring(comm, recvbuf, count, dtype, op);
+    }
+}
+
+flx_status_t comm_run_allgather(flx_comm_h comm, const void *sendbuf, void *recvbuf,
+                                size_t count, flx_dtype_t dtype, flx_algo_t algo)
+{
+    const size_t bpr = count * flx_dtype_size(dtype);
+    char *mine = (char *)recvbuf + (size_t)comm->rank * bpr;
+
+    if (algo == FLX_ALGO_AUTO)
+        algo = (flx_algo_t)comm->cfg.algo;
+    if (algo == FLX_ALGO_AUTO || algo == FLX_ALGO_TREE)
+        algo = model_pick_allgather(comm->size, (double)bpr, comm->model.alpha_s,
+                                    comm->model.beta_bytes_per_s);
+    if (sendbuf != mine && bpr)
+        memcpy(mine, sendbuf, bpr);
+    coll_begin(comm, COLL_ALLGATHER, algo, dtype, 0, count, "allgather");
+    if (comm->size == 1)
+        return FLX_OK;
+    return algo == FLX_ALGO_RD ? coll_allgather_bruck(comm, recvbuf, bpr)
+                               : coll_allgather_ring(comm, recvbuf, bpr);
+}
+
+flx_status_t flx_allreduce_check(flx_comm_h comm, const void *sendbuf, void *recvbuf,
+                                    size_t count, flx_dtype_t dtype, flx_op_t op,
+                                    flx_algo_t algo)
+{
+    flx_status_t st = check_common(comm, "flx_allreduce", count, dtype, 1);
+    size_t bytes;
+
+    if (st != FLX_OK)
+        return st;
+    bytes = count * flx_dtype_size(dtype);
+    CHECK_ARG(flx_op_valid(op), comm, "flx_allreduce: invalid op %d", (int)op);
+    CHECK_ARG((unsigned)algo < FLX_ALGO_COUNT, comm, "flx_allreduce: invalid algo %d", (int)algo);
+    CHECK_ARG(count == 0 || (sendbuf && recvbuf), comm,
+              "flx_allreduce: NULL buffer with count %zu", count);
+    CHECK_ARG(sendbuf == recvbuf || !ranges_overlap(sendbuf, bytes, recvbuf, bytes), comm,
+              "flx_allreduce: send and receive buffers overlap without being the same");
+    return FLX_OK;
+}
+
+flx_status_t flx_allgather_check(flx_comm_h comm, const void *sendbuf, void *recvbuf,
+                                    size_t count, flx_dtype_t dtype, flx_algo_t algo)
+{
+    flx_status_t st = check_common(comm, "flx_allgather", count, dtype, comm ? (size_t)comm->size : 1);
+    size_t bpr;
+    const char *mine;
+
+    if (st != FLX_OK)
+        return st;
+    bpr = count * flx_dtype_size(dtype);
+    mine = (const char *)recvbuf + (size_t)comm->rank * bpr;
+    CHECK_ARG((unsigned)algo < FLX_ALGO_COUNT, comm, "flx_allgather: invalid algo %d", (int)algo);
+    CHECK_ARG(count == 0 || (sendbuf && recvbuf), comm,
+              "flx_allgather: NULL buffer with count %zu", count);
+    CHECK_ARG(sendbuf == mine ||
+                  !ranges_overlap(sendbuf, bpr, recvbuf, bpr * (size_t)comm->size),
+              comm, "flx_allgather: sendbuf overlaps recvbuf but is not its block %d",
+              comm->rank);
+    return FLX_OK;
+}
+
+flx_status_t flx_allreduce(flx_comm_h comm, const void *sendbuf, void *recvbuf, size_t count,
+                           flx_dtype_t dtype, flx_op_t op, flx_algo_t algo)
+{
+    flx_status_t st = flx_allreduce_check(comm, sendbuf, recvbuf, count, dtype, op, algo);
+
+    if (st != FLX_OK || (st = comm_enter(comm)) != FLX_OK)
+        return st;
+    return comm_leave(comm, comm_run_allreduce(comm, sendbuf, recvbuf, count, dtype, op, algo));
+}
+
+flx_status_t flx_allgather(flx_comm_h comm, const void *sendbuf, void *recvbuf, size_t count,
+                           flx_dtype_t dtype, flx_algo_t algo)
+{
+    flx_status_t st = flx_allgather_check(comm, sendbuf, recvbuf, count, dtype, algo);
+
+    if (st != FLX_OK || (st = comm_enter(comm)) != FLX_OK)
+        return st;
+    return comm_leave(comm, comm_run_allgather(comm, sendbuf, recvbuf, count, dtype, algo));
+}
+
+flx_status_t flx_broadcast(flx_comm_h comm, void *buf, size_t count, flx_dtype_t dtype,
+                           int root)
+{
+    flx_status_t st = check_common(comm, "flx_broadcast", count, dtype, 1);
+    size_t bytes;
+    int chain;
+
+    if (st != FLX_OK)
+        return st;
+    CHECK_ARG(root >= 0 && root < comm->size, comm,
+              "flx_broadcast: root %d is not a rank of this %d-rank communicator", root,
+              comm->size);
+    CHECK_ARG(count == 0 || buf, comm, "flx_broadcast: NULL buffer with count %zu", count);
+    if ((st = comm_enter(comm)) != FLX_OK)
+        return st;
+    bytes = count * flx_dtype_size(dtype);
+    chain = model_pick_bcast_chain(comm->size, (double)bytes, comm->model.alpha_s,
+                                   comm->model.beta_bytes_per_s, (double)comm->cfg.chunk_size);
+    if (comm->cfg.algo == FLX_ALGO_RING)
+        chain = 1;
+    else if (comm->cfg.algo == FLX_ALGO_TREE || comm->cfg.algo == FLX_ALGO_RD)
+        chain = 0;
+    coll_begin(comm, COLL_BCAST, chain ? FLX_ALGO_RING : FLX_ALGO_TREE, dtype, (unsigned)root,
+               count, "broadcast");
+    if (comm->size == 1)
+        return comm_leave(comm, FLX_OK);
+    return comm_leave(comm, chain ? coll_bcast_chain(comm, buf, bytes, root)
+                                  : coll_bcast_binomial(comm, buf, bytes, root));
+}
+
+flx_status_t flx_reduce_scatter(flx_comm_h comm, const void *sendbuf, void *recvbuf,
+                                size_t recvcount, flx_dtype_t dtype, flx_op_t op)
+{
+    flx_status_t st = check_common(comm, "flx_reduce_scatter", recvcount, dtype,
+                                   comm ? (size_t)comm->size : 1);
+    size_t es, bytes, *off, *len;
+    char *work;
+
+    if (st != FLX_OK)
+        return st;
+    es = flx_dtype_size(dtype);
+    bytes = recvcount * es;
+    CHECK_ARG(flx_op_valid(op), comm, "flx_reduce_scatter: invalid op %d", (int)op);
+    CHECK_ARG(recvcount == 0 || (sendbuf && recvbuf), comm,
+              "flx_reduce_scatter: NULL buffer with recvcount %zu", recvcount);
+    CHECK_ARG(sendbuf == recvbuf ||
+                  !ranges_overlap(sendbuf, bytes * (size_t)comm->size, recvbuf, bytes),
+              comm, "flx_reduce_scatter: send and receive buffers overlap without being the same");
+    if ((st = comm_enter(comm)) != FLX_OK)
+        return st;
+    coll_begin(comm, COLL_REDUCE_SCATTER, FLX_ALGO_RING, dtype, op, recvcount,
+               "reduce_scatter");
+    if (comm->size == 1 || recvcount == 0) {
+        if (sendbuf != recvbuf && bytes)
+            memcpy(recvbuf, sendbuf, bytes);
+        return comm_leave(comm, FLX_OK);
+    }
+    /* in place works in recvbuf itself; otherwise on a copy of sendbuf */
+    {
+        const size_t all = bytes * (size_t)comm->size;
+        const size_t meta = 2 * (size_t)comm->size * sizeof(size_t);
+        char *slot = coll_scratch_slot(comm, 1, meta + (sendbuf == recvbuf ? 0 : all));
+
+        if (slot == NULL)
+            return comm_leave(comm, FLX_ERR_NO_MEMORY);
+        off = (size_t *)slot;
+        len = off + comm->size;
+        work = sendbuf == recvbuf ? recvbuf : slot + meta;
+        if (work != recvbuf)
+            memcpy(work, sendbuf, all);
+    }
+    for (int i = 0; i < comm->size; i++) {
+        off[i] = (size_t)i * recvcount;
+        len[i] = recvcount;
+    }
+    st = coll_ring_reduce_scatter(comm, work, off, len, dtype, op, 0);
+    if (st == FLX_OK) {
+        flx_reduce_finish(work + (size_t)comm->rank * bytes, recvcount, dtype, op, comm->size);
+        memmove(recvbuf, work + (size_t)comm->rank * bytes, bytes);
+    }
+    return comm_leave(comm, st);
+}
+
+flx_status_t flx_barrier(flx_comm_h comm)
+{
+    flx_status_t st;
+
+    CHECK_ARG(comm != NULL, comm, "flx_barrier: comm is NULL");
+    if ((st = comm_enter(comm)) != FLX_OK)
+        return st;
+    coll_begin(comm, COLL_BARRIER, FLX_ALGO_RD, FLX_INT32, 0, 0, "barrier");
+    return comm_leave(comm, coll_barrier_dissemination(comm));
+}

@@ -1,0 +1,175 @@
+/* async.c -- non-blocking collectives: a background thread per
+ * communicator runs queued requests in issue order, so a trainer can
+ * overlap communication with computation.  The thread starts with the
+ * first non-blocking call. */
+#include "collectives/coll.h"
+#include "common/dtype.h"
+#include "common/log.h"
+
+#include <stdlib.h>
+
+static void *async_worker(void *arg)
+{
+    flx_comm_h comm = arg;
+
+    pthread_mutex_lock(&comm->lock);
+    for (;;) {
+        flx_request_t *req;
+        flx_status_t st;
+
+        while (comm->q_head == NULL && !comm->worker_stop)
+            pthread_cond_wait(&comm->cond, &comm->lock);
+        if (comm->q_head == NULL)
+            break;
+        req = comm->q_head;
+        comm->q_head = req->next;
+        if (comm->q_head == NULL)
+            comm->q_tail = NULL;
+        pthread_mutex_unlock(&comm->lock);
+
+        pthread_mutex_lock(&comm->exec);
+        st = comm->err;
+        if (st == FLX_OK) {
+            st = req->kind == COLL_ALLREDUCE
+                     ? comm_run_allreduce(comm, req->sendbuf, req->recvbuf, req->count,
+                                          req->dtype, req->op, req->algo)
+                     : comm_run_allgather(comm, req->sendbuf, req->recvbuf, req->count,
+                                          req->dtype, req->algo);
+            if (st != FLX_OK && comm->err == FLX_OK)
+                comm->err = st;
+        }
+        pthread_mutex_unlock(&comm->exec);
+
+        pthread_mutex_lock(&comm->lock);
+        req->status = st;
+        req->done = 1;
+        comm->pending--;
+        pthread_cond_broadcast(&comm->cond);
+    }
+    pthread_mutex_unlock(&comm->lock);
+    return NULL;
+}
+
+static flx_status_t async_submit(flx_comm_h comm, flx_request_t *req, flx_request_h *req_p)
+{
+    pthread_mutex_lock(&comm->lock);
+    if (!comm->worker_started) {
+        int rc = pthread_create(&comm->worker, NULL, async_worker, comm);
+        if (rc != 0) {
+            pthread_mutex_unlock(&comm->lock);
+            flx_error(COLL, comm->rank, "cannot start the progress thread (error %d)", rc);
+            free(req);
+            return FLX_ERR_SYSTEM;
+        }
+        comm->worker_started = 1;
+    }
+    req->comm = comm;
+    if (comm->q_tail)
+        comm->q_tail->next = req;
+    else
+        comm->q_head = req;
+    comm->q_tail = req;
+    comm->pending++;
+    pthread_cond_broadcast(&comm->cond);
+    pthread_mutex_unlock(&comm->lock);
+    *req_p = req;
+    return FLX_OK;
+}
+
+flx_status_t flx_iallreduce(flx_comm_h comm, const void *sendbuf, void *recvbuf, size_t count,
+                            flx_dtype_t dtype, flx_op_t op, flx_algo_t algo,
+                            flx_request_h *req_p)
+{
+    flx_request_t *req;
+    flx_status_t st;
+
+    if (req_p == NULL) {
+        flx_error(COLL, comm ? comm->rank : -1, "flx_iallreduce: req_p is NULL");
+        return FLX_ERR_INVALID_ARG;
+    }
+    /* same checks as the blocking call, without running it */
+    st = flx_allreduce_check(comm, sendbuf, recvbuf, count, dtype, op, algo);
+    if (st != FLX_OK)
+        return st;
+    req = calloc(1, sizeof(*req));
+    if (req == NULL)
+        return FLX_ERR_NO_MEMORY;
+    *req = (flx_request_t){.kind = COLL_ALLREDUCE, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                           .count = count, .dtype = dtype, .op = op, .algo = algo};
+    return async_submit(comm, req, req_p);
+}
+
+flx_status_t flx_iallgather(flx_comm_h comm, const void *sendbuf, void *recvbuf, size_t count,
+                            flx_dtype_t dtype, flx_algo_t algo, flx_request_h *req_p)
+{
+    flx_request_t *req;
+    flx_status_t st;
+
+    if (req_p == NULL) {
+        flx_error(COLL, comm ? comm->rank : -1, "flx_iallgather: req_p is NULL");
+        return FLX_ERR_INVALID_ARG;
+    }
+    st = flx_allgather_check(comm, sendbuf, recvbuf, count, dtype, algo);
+    if (st != FLX_OK)
+        return st;
+    req = calloc(1, sizeof(*req));
+    if (req == NULL)
+        return FLX_ERR_NO_MEMORY;
+    *req = (flx_request_t){.kind = COLL_ALLGATHER, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                           .count = count, .dtype = dtype, .algo = algo};
+    return async_submit(comm, req, req_p);
+}
+
+flx_status_t flx_test(flx_request_h req)
+{
+    flx_comm_h comm;
+    flx_status_t st;
+
+    if (req == NULL) {
+        flx_error(COLL, -1, "flx_test: request is NULL");
+        return FLX_ERR_INVALID_ARG;
+    }
+    comm = req->comm;
+    pthread_mutex_lock(&comm->lock);
+    if (!req->done) {
+        pthread_mutex_unlock(&comm->lock);
+        return FLX_INPROGRESS;
+    }
+    pthread_mutex_unlock(&comm->lock);
+    st = req->status;
+    free(req);
+    return st;
+}
+
+flx_status_t flx_wait(flx_request_h req)
+{
+    flx_comm_h comm;
+    flx_status_t st;
+
+    if (req == NULL) {
+        flx_error(COLL, -1, "flx_wait: request is NULL");
+        return FLX_ERR_INVALID_ARG;
+    }
+    comm = req->comm;
+    pthread_mutex_lock(&comm->lock);
+    while (!req->done)
+        pthread_cond_wait(&comm->cond, &comm->lock);
+    pthread_mutex_unlock(&comm->lock);
+    st = req->status;
+    free(req);
+    return st;
+}
+
+void comm_async_stop(flx_comm_h comm)
+{
+    pthread_mutex_lock(&comm->lock);
+    if (!comm->worker_started) {
+        pthread_mutex_unlock(&comm->lock);
+        return;
+    }
+    comm->worker_stop = 1;
+    pthread_cond_broadcast(&comm->cond);
+    pthread_mutex_unlock(&comm->lock);
+    pthread_join(comm->worker, NULL);
+    comm->worker_started = 0;
+}

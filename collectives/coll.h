@@ -1,0 +1,63 @@
+/* coll.h -- the algorithms.  Each works in place on buf (the caller has
+ * copied sendbuf there) and assumes coll_begin was called. */
+#ifndef FLX_COLLECTIVES_COLL_H
+#define FLX_COLLECTIVES_COLL_H
+
+#include "collectives/comm.h"
+
+/* scratch memory of the communicator (reused across calls; one collective
+ * runs at a time).  NULL when out of memory. */
+void *coll_scratch(flx_comm_h comm, size_t bytes);
+void *coll_scratch_slot(flx_comm_h comm, int slot, size_t bytes);
+/* stop the background thread after the queued requests (async.c) */
+void comm_async_stop(flx_comm_h comm);
+
+/* ring: reduce-scatter then allgather over segments off[i], len[i] (in
+ * elements).  After the reduce-scatter rank r holds segment r reduced. */
+flx_status_t coll_ring_reduce_scatter(flx_comm_h comm, void *buf, const size_t *off,
+                                      const size_t *len, flx_dtype_t dtype, flx_op_t op,
+                                      uint32_t phase0);
+flx_status_t coll_ring_allgather(flx_comm_h comm, void *buf, const size_t *off,
+                                 const size_t *len, size_t esize, uint32_t phase0);
+
+flx_status_t coll_allreduce_ring(flx_comm_h comm, void *buf, size_t count,
+                                 flx_dtype_t dtype, flx_op_t op);
+flx_status_t coll_allreduce_tree(flx_comm_h comm, void *buf, size_t count,
+                                 flx_dtype_t dtype, flx_op_t op);
+flx_status_t coll_allreduce_rd(flx_comm_h comm, void *buf, size_t count,
+                               flx_dtype_t dtype, flx_op_t op);
+flx_status_t coll_allgather_ring(flx_comm_h comm, void *recvbuf, size_t bytes_per_rank);
+flx_status_t coll_allgather_bruck(flx_comm_h comm, void *recvbuf, size_t bytes_per_rank);
+flx_status_t coll_bcast_binomial(flx_comm_h comm, void *buf, size_t bytes, int root);
+flx_status_t coll_bcast_chain(flx_comm_h comm, void *buf, size_t bytes, int root);
+flx_status_t coll_barrier_dissemination(flx_comm_h comm);
+
+/* alpha-beta model (model.c) */
+double model_allreduce_time(flx_algo_t algo, int n, double bytes, double alpha, double beta,
+                            double chunk);
+double model_allgather_time(flx_algo_t algo, int n, double bytes_per_rank, double alpha,
+                            double beta);
+double model_bcast_time(int chain, int n, double bytes, double alpha, double beta,
+                        double chunk);
+flx_algo_t model_pick_allreduce(int n, double bytes, double alpha, double beta, double chunk);
+flx_algo_t model_pick_allgather(int n, double bytes_per_rank, double alpha, double beta);
+int model_pick_bcast_chain(int n, double bytes, double alpha, double beta, double chunk);
+/* measure alpha and beta between rank pairs, agree on the worst */
+flx_status_t model_calibrate(flx_comm_h comm, flx_link_model_t *model_p);
+
+/* api.c / async.c internals shared by the blocking and non-blocking calls */
+flx_status_t flx_allreduce_check(flx_comm_h comm, const void *sendbuf, void *recvbuf,
+                                 size_t count, flx_dtype_t dtype, flx_op_t op, flx_algo_t algo);
+flx_status_t flx_allgather_check(flx_comm_h comm, const void *sendbuf, void *recvbuf,
+                                 size_t count, flx_dtype_t dtype, flx_algo_t algo);
+flx_status_t comm_enter(flx_comm_h comm);
+flx_status_t comm_leave(flx_comm_h comm, flx_status_t st);
+flx_status_t comm_run_allreduce(flx_comm_h comm, const void *sendbuf, void *recvbuf,
+                                size_t count, flx_dtype_t dtype, flx_op_t op,
+                                flx_algo_t algo);
+flx_status_t comm_run_allgather(flx_comm_h comm, const void *sendbuf, void *recvbuf,
+                                size_t count, flx_dtype_t dtype, flx_algo_t algo);
+flx_algo_t comm_pick_allreduce(flx_comm_h comm, size_t count, flx_dtype_t dtype,
+                               flx_algo_t algo);
+
+#endif

@@ -1,0 +1,250 @@
+/* comm.c -- communicator life cycle: configuration, rank discovery,
+ * bootstrap, transport choice, calibration. */
+#include "collectives/coll.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef FLX_HAVE_ASAN
+#define FEATURE_ASAN ",asan"
+#else
+#define FEATURE_ASAN ""
+#endif
+#ifdef FLX_HAVE_VERBS
+#define FEATURE_VERBS ",verbs"
+#else
+#define FEATURE_VERBS ""
+#endif
+#ifdef FLX_HAVE_HWLOC
+#define FEATURE_HWLOC ",hwloc"
+#else
+#define FEATURE_HWLOC ""
+#endif
+
+const char *flx_version_string(void) { return PACKAGE_VERSION; }
+
+const char *flx_build_features(void)
+{
+    return "tcp" FEATURE_VERBS FEATURE_HWLOC FEATURE_ASAN;
+}
+
+/* One launcher variable pair: both set and valid, neither, or an error. */
+static flx_status_t env_rank_pair(const char *rank_var, const char *size_var, int *rank_p,
+                                  int *size_p, int *found_p)
+{
+    const char *rs = getenv(rank_var), *ss = getenv(size_var);
+    long rank, size;
+
+    *found_p = 0;
+    if (rs == NULL && ss == NULL)
+        return FLX_OK;
+    if (rs == NULL || ss == NULL || flx_parse_int(ss, 1, 1 << 24, &size) != 0 ||
+        flx_parse_int(rs, 0, size - 1, &rank) != 0) {
+        flx_error(INIT, -1, "%s='%s' / %s='%s' do not give a rank in [0, size)", rank_var,
+                  rs ? rs : "(unset)", size_var, ss ? ss : "(unset)");
+        return FLX_ERR_CONFIG;
+    }
+    *rank_p = (int)rank;
+    *size_p = (int)size;
+    *found_p = 1;
+    return FLX_OK;
+}
+
+/* rank and size: parameters, FLX_RANK/FLX_SIZE, Open MPI, PMI, Slurm, else
+ * a single rank. */
+static flx_status_t comm_resolve_rank(const flx_comm_params_t *params,
+                                      const flx_config_t *cfg, int *rank_p, int *size_p)
+{
+    static const char *const vars[][2] = {
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+        {"PMI_RANK", "PMI_SIZE"},
+        {"SLURM_PROCID", "SLURM_NTASKS"},
+    };
+    int rank = 0, size = 1, found = 0;
+    uint64_t mask = params ? params->field_mask : 0;
+
+    if (cfg->rank >= 0 || cfg->size >= 1) {
+        rank = cfg->rank;
+        size = cfg->size;
+        found = 1;
+    }
+    for (size_t i = 0; i < FLX_ARRAY_SIZE(vars) && !found; i++) {
+        flx_status_t st = env_rank_pair(vars[i][0], vars[i][1], &rank, &size, &found);
+        if (st != FLX_OK)
+            return st;
+    }
+    if (mask & FLX_COMM_PARAM_RANK)
+        rank = params->rank;
+    if (mask & FLX_COMM_PARAM_SIZE)
+        size = params->size;
+    if (size < 1 || rank < 0 || rank >= size) {
+        flx_error(INIT, -1, "rank %d and size %d are inconsistent (need 0 <= rank < size; "
+                  "set both FLX_RANK and FLX_SIZE)", rank, size);
+        return FLX_ERR_INVALID_ARG;
+    }
+    *rank_p = rank;
+    *size_p = size;
+    return FLX_OK;
+}
+
+static const char *comm_resolve_secret(const flx_comm_params_t *params,
+                                       const flx_config_t *cfg, int rank)
+{
+    static const char *const job_vars[] = {"OMPI_MCA_ess_base_jobid", "SLURM_JOB_ID",
+                                           "PMI_JOBID", "PMIX_NAMESPACE"};
+
+    if (params && (params->field_mask & FLX_COMM_PARAM_SECRET) && params->secret)
+        return params->secret;
+    if (cfg->job_secret[0])
+        return cfg->job_secret;
+    for (size_t i = 0; i < FLX_ARRAY_SIZE(job_vars); i++) {
+        const char *v = getenv(job_vars[i]);
+        if (v && *v) {
+            if (rank == 0)
+                flx_warn(INIT, rank, "FLX_JOB_SECRET is not set: using the launcher's job id "
+                         "(%s) as the secret, which anyone on the hosts can read", job_vars[i]);
+            return v;
+        }
+    }
+    return NULL;
+}
+
+static flx_status_t comm_pick_net(flx_comm_h comm, const flx_comm_params_t *params)
+{
+    int net = comm->cfg.net;
+
+    if (params && (params->field_mask & FLX_COMM_PARAM_NET) && params->net) {
+        flx_status_t st = flx_config_set(&comm->cfg, "NET", params->net);
+        if (st != FLX_OK)
+            return st;
+        net = comm->cfg.net;
+    }
+    if (net == FLX_NET_IB) {
+        flx_error(INIT, comm->rank, "FLX_NET=ib: the ib backend is not available in this "
+                  "build (use FLX_NET=tcp or auto)");
+        return FLX_ERR_UNSUPPORTED;
+    }
+    comm->tl = &tl_tcp_ops;
+    flx_info(INIT, comm->rank, "transport: %s", comm->tl->name);
+    return FLX_OK;
+}
+
+flx_status_t flx_comm_create(const flx_comm_params_t *params, flx_comm_h *comm_p)
+{
+    const char *root, *secret;
+    flx_comm_h comm;
+    flx_status_t st;
+
+    if (comm_p == NULL) {
+        flx_error(INIT, -1, "flx_comm_create: comm_p is NULL");
+        return FLX_ERR_INVALID_ARG;
+    }
+    comm = calloc(1, sizeof(*comm));
+    if (comm == NULL)
+        return FLX_ERR_NO_MEMORY;
+    st = flx_config_load(&comm->cfg);
+    if (st != FLX_OK)
+        goto err_free_comm;
+    st = comm_resolve_rank(params, &comm->cfg, &comm->rank, &comm->size);
+    if (st != FLX_OK)
+        goto err_free_comm;
+    root = params && (params->field_mask & FLX_COMM_PARAM_ROOT) && params->root
+               ? params->root
+               : comm->cfg.root;
+    secret = comm_resolve_secret(params, &comm->cfg, comm->rank);
+    if (secret == NULL && comm->size > 1) {
+        flx_error(INIT, comm->rank, "no job secret: set FLX_JOB_SECRET to the same value on "
+                  "every rank (flxrun sets a fresh one)");
+        st = FLX_ERR_CONFIG;
+        goto err_free_comm;
+    }
+    st = comm_pick_net(comm, params);
+    if (st != FLX_OK)
+        goto err_free_comm;
+    st = boot_create(comm->rank, comm->size, root, secret ? secret : "", &comm->cfg,
+                     &comm->boot);
+    if (st != FLX_OK)
+        goto err_free_comm;
+    st = comm->tl->create(comm->boot, &comm->cfg, &comm->tlctx);
+    if (st != FLX_OK)
+        goto err_destroy_boot;
+    pthread_mutex_init(&comm->exec, NULL);
+    pthread_mutex_init(&comm->lock, NULL);
+    pthread_cond_init(&comm->cond, NULL);
+    comm->model.alpha_s = comm->cfg.alpha_s > 0 ? comm->cfg.alpha_s : 20e-6;
+    comm->model.beta_bytes_per_s = comm->cfg.beta > 0 ? comm->cfg.beta : 1e9;
+    if (comm->size > 1 && comm->cfg.calibrate && !(comm->cfg.alpha_s > 0 && comm->cfg.beta > 0)) {
+        flx_link_model_t m;
+        st = model_calibrate(comm, &m);
+        if (st != FLX_OK)
+            goto err_destroy_tl;
+        if (comm->cfg.alpha_s <= 0)
+            comm->model.alpha_s = m.alpha_s;
+        if (comm->cfg.beta <= 0)
+            comm->model.beta_bytes_per_s = m.beta_bytes_per_s;
+    }
+    flx_info(INIT, comm->rank, "communicator ready: rank %d of %d over %s, alpha %.1f us, "
+             "beta %.2f GB/s", comm->rank, comm->size, comm->tl->name,
+             comm->model.alpha_s * 1e6, comm->model.beta_bytes_per_s / 1e9);
+    *comm_p = comm;
+    return FLX_OK;
+
+err_destroy_tl:
+    pthread_cond_destroy(&comm->cond);
+    pthread_mutex_destroy(&comm->lock);
+    pthread_mutex_destroy(&comm->exec);
+    comm->tl->destroy(comm->tlctx);
+err_destroy_boot:
+    boot_destroy(comm->boot);
+err_free_comm:
+    free(comm);
+    return st;
+}
+
+flx_status_t flx_comm_destroy(flx_comm_h comm)
+{
+    if (comm == NULL)
+        return FLX_OK;
+    comm_async_stop(comm);
+    comm->tl->destroy(comm->tlctx);
+    boot_destroy(comm->boot);
+    pthread_cond_destroy(&comm->cond);
+    pthread_mutex_destroy(&comm->lock);
+    pthread_mutex_destroy(&comm->exec);
+    free(comm->scratch[0]);
+    free(comm->scratch[1]);
+    free(comm);
+    return FLX_OK;
+}
+
+int flx_comm_rank(flx_comm_h comm) { return comm ? comm->rank : -1; }
+int flx_comm_size(flx_comm_h comm) { return comm ? comm->size : -1; }
+const char *flx_comm_net_name(flx_comm_h comm) { return comm ? comm->tl->name : "none"; }
+
+flx_status_t flx_comm_link_model(flx_comm_h comm, flx_link_model_t *model_p)
+{
+    if (comm == NULL || model_p == NULL)
+        return FLX_ERR_INVALID_ARG;
+    *model_p = comm->model;
+    return FLX_OK;
+}
+
+void *coll_scratch_slot(flx_comm_h comm, int slot, size_t bytes)
+{
+    if (bytes == 0)
+        bytes = 1;
+    if (bytes > comm->scratch_len[slot]) {
+        void *p = realloc(comm->scratch[slot], bytes);
+        if (p == NULL) {
+            flx_error(COLL, comm->rank, "out of memory for %zu bytes of scratch", bytes);
+            return NULL;
+        }
+        comm->scratch[slot] = p;
+        comm->scratch_len[slot] = bytes;
+    }
+    return comm->scratch[slot];
+}
+
+void *coll_scratch(flx_comm_h comm, size_t bytes) { return coll_scratch_slot(comm, 0, bytes); }

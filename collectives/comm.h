@@ -1,0 +1,88 @@
+/* comm.h -- the communicator object and the primitives every algorithm is
+ * written over: send, recv, wait and the per-collective tag. */
+#ifndef FLX_COLLECTIVES_COMM_H
+#define FLX_COLLECTIVES_COMM_H
+
+#include "flexcoll.h"
+#include "common/config.h"
+#include "transport/tl.h"
+#include "transport/boot.h"
+
+#include <pthread.h>
+
+/* Collective kinds on the wire (with the algorithm in the low bits). */
+enum {
+    COLL_ALLREDUCE = 1,
+    COLL_ALLGATHER = 2,
+    COLL_BCAST = 3,
+    COLL_REDUCE_SCATTER = 4,
+    COLL_BARRIER = 5,
+    COLL_CALIBRATE = 6,
+};
+
+typedef struct flx_request {
+    struct flx_request *next;
+    struct flx_comm *comm;
+    int kind;                 /* COLL_ALLREDUCE or COLL_ALLGATHER */
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    flx_dtype_t dtype;
+    flx_op_t op;
+    flx_algo_t algo;
+    int done;
+    flx_status_t status;
+} flx_request_t;
+
+struct flx_comm {
+    int rank;
+    int size;
+    flx_config_t cfg;
+    boot_t *boot;
+    const tl_ops_t *tl;
+    tl_ctx_t *tlctx;
+    uint32_t seq;             /* next collective's sequence number       */
+    tl_tag_t tag;             /* the running collective's tag            */
+    const char *coll_name;    /* the running collective, for log lines   */
+    flx_link_model_t model;
+    flx_status_t err;         /* sticky: the first failure               */
+    void *scratch[2];         /* [0] algorithms, [1] api working copies  */
+    size_t scratch_len[2];
+
+    /* background progress of non-blocking collectives */
+    pthread_mutex_t exec;     /* held while a collective runs            */
+    pthread_mutex_t lock;     /* protects the queue below                */
+    pthread_cond_t cond;
+    flx_request_t *q_head, *q_tail;
+    int pending;              /* queued + running requests               */
+    int worker_started;
+    int worker_stop;
+    pthread_t worker;
+};
+
+/* Start a collective: take the next sequence number and set the tag. */
+void coll_begin(flx_comm_h comm, int kind, flx_algo_t algo, flx_dtype_t dtype,
+                unsigned op, size_t count, const char *name);
+flx_status_t coll_send(flx_comm_h comm, int peer, uint32_t step, const void *buf,
+                       size_t len, tl_req_t *req);
+flx_status_t coll_recv(flx_comm_h comm, int peer, uint32_t step, void *buf, size_t len,
+                       tl_req_t *req);
+/* Wait for one request / all n; FLX_ERR_TIMED_OUT when nothing arrives for
+ * FLX_TIMEOUT (logged with the collective, its number and the peer). */
+flx_status_t coll_wait(flx_comm_h comm, tl_req_t *req);
+flx_status_t coll_waitall(flx_comm_h comm, tl_req_t *reqs, size_t n);
+/* One progress round that waits at most timeout_s; checks the deadline of
+ * the oldest request in *waiting (may be NULL). */
+flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, double since);
+/* Exchange: post recv then send, wait both. */
+flx_status_t coll_sendrecv(flx_comm_h comm, int dst, const void *sbuf, size_t slen,
+                           int src, void *rbuf, size_t rlen, uint32_t step);
+
+/* step numbers: phase in the high bits, chunk in the low 20 */
+#define COLL_STEP(phase, chunk) (((uint32_t)(phase) << 20) | (uint32_t)(chunk))
+#define COLL_MAX_CHUNKS (1u << 20)
+
+/* Elements per pipeline chunk for this element size (>= 1). */
+size_t coll_chunk_elems(flx_comm_h comm, size_t esize, size_t count);
+
+#endif

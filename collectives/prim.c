@@ -1,0 +1,102 @@
+/* prim.c -- send / recv / wait primitives over the transport's ops table,
+ * with bounded waiting: a wait that sees no completion for FLX_TIMEOUT
+ * fails the communicator with FLX_ERR_TIMED_OUT. */
+#include "collectives/comm.h"
+#include "common/log.h"
+#include "common/time.h"
+#include "common/util.h"
+
+void coll_begin(flx_comm_h comm, int kind, flx_algo_t algo, flx_dtype_t dtype,
+                unsigned op, size_t count, const char *name)
+{
+    comm->tag.seq = comm->seq++;
+    comm->tag.step = 0;
+    comm->tag.kind = (uint8_t)((kind << 3) | (int)algo);
+    comm->tag.dtype = (uint8_t)dtype;
+    comm->tag.op = (uint16_t)op;
+    comm->tag.count = count;
+    comm->coll_name = name;
+}
+
+flx_status_t coll_send(flx_comm_h comm, int peer, uint32_t step, const void *buf,
+                       size_t len, tl_req_t *req)
+{
+    tl_tag_t tag = comm->tag;
+
+    tag.step = step;
+    return comm->tl->isend(comm->tlctx, peer, &tag, buf, len, req);
+}
+
+flx_status_t coll_recv(flx_comm_h comm, int peer, uint32_t step, void *buf, size_t len,
+                       tl_req_t *req)
+{
+    tl_tag_t tag = comm->tag;
+
+    tag.step = step;
+    return comm->tl->irecv(comm->tlctx, peer, &tag, buf, len, req);
+}
+
+flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, double since)
+{
+    flx_status_t st = comm->tl->progress(comm->tlctx, 0.2);
+
+    if (st != FLX_OK)
+        return st;
+    if (waiting && !waiting->complete && flx_time_now() - since > comm->cfg.timeout_s) {
+        flx_error(COLL, comm->rank,
+                  "%s #%u timed out after %.1f s waiting to %s rank %d (step %u)",
+                  comm->coll_name, comm->tag.seq, comm->cfg.timeout_s,
+                  waiting->is_send ? "send to" : "receive from", waiting->peer,
+                  waiting->tag.step);
+        comm->tl->fail(comm->tlctx, FLX_ERR_TIMED_OUT, "timeout");
+        return FLX_ERR_TIMED_OUT;
+    }
+    return FLX_OK;
+}
+
+flx_status_t coll_wait(flx_comm_h comm, tl_req_t *req)
+{
+    double since = flx_time_now();
+
+    while (!req->complete) {
+        flx_status_t st = coll_progress(comm, req, since);
+        if (st != FLX_OK)
+            return st;
+    }
+    return req->status;
+}
+
+flx_status_t coll_waitall(flx_comm_h comm, tl_req_t *reqs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        flx_status_t st = coll_wait(comm, &reqs[i]);
+        if (st != FLX_OK)
+            return st;
+    }
+    return FLX_OK;
+}
+
+flx_status_t coll_sendrecv(flx_comm_h comm, int dst, const void *sbuf, size_t slen,
+                           int src, void *rbuf, size_t rlen, uint32_t step)
+{
+    tl_req_t reqs[2];
+    flx_status_t st;
+
+    st = coll_recv(comm, src, step, rbuf, rlen, &reqs[0]);
+    if (st != FLX_OK)
+        return st;
+    st = coll_send(comm, dst, step, sbuf, slen, &reqs[1]);
+    if (st != FLX_OK)
+        return st;
+    return coll_waitall(comm, reqs, 2);
+}
+
+size_t coll_chunk_elems(flx_comm_h comm, size_t esize, size_t count)
+{
+    size_t elems = FLX_MAX(comm->cfg.chunk_size / esize, (size_t)1);
+
+    /* keep the chunk index inside its 20 bits */
+    while (count / elems >= COLL_MAX_CHUNKS)
+        elems *= 2;
+    return elems;
+}

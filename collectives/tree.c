@@ -1,0 +1,98 @@
+/* tree.c -- pipelined binary-tree allreduce: chunks flow up the tree being
+ * reduced (children -> parent) and the root's results flow back down, the
+ * two phases overlapping chunk by chunk (latency ~ 2 log2(N) alpha).
+ * Tree shape: topo_tree_parent / topo_tree_children (heap order, root 0). */
+#include "collectives/coll.h"
+#include "collectives/topo.h"
+#include "common/dtype.h"
+#include "common/time.h"
+#include "common/util.h"
+
+#include <string.h>
+
+enum { TREE_UP = 0, TREE_DOWN = 1 };
+
+flx_status_t coll_allreduce_tree(flx_comm_h comm, void *buf, size_t count,
+                                 flx_dtype_t dtype, flx_op_t op)
+{
+    const int r = comm->rank, n = comm->size;
+    const size_t es = flx_dtype_size(dtype);
+    const int parent = topo_tree_parent(r);
+    int child[2];
+    const int nchild = topo_tree_children(r, n, child);
+    size_t elems, nch, up = 0, down = 0;
+    char *base = buf, *tmp[2];
+    tl_req_t *creq[2], *preq, *upreq, *downreq;
+    flx_status_t st = FLX_OK;
+    double since = flx_time_now();
+
+    if (count == 0 || n == 1)
+        return FLX_OK;
+    elems = coll_chunk_elems(comm, es, count);
+    nch = FLX_DIV_ROUND_UP(count, elems);
+    tmp[0] = coll_scratch(comm, (size_t)nchild * count * es + 6 * nch * sizeof(tl_req_t));
+    if (tmp[0] == NULL)
+        return FLX_ERR_NO_MEMORY;
+    tmp[1] = tmp[0] + count * es;
+    creq[0] = (tl_req_t *)(tmp[0] + (size_t)nchild * count * es);
+    creq[1] = creq[0] + nch;
+    preq = creq[1] + nch;
+    upreq = preq + nch;
+    downreq = upreq + nch; /* 2 * nch: one per child */
+
+    for (size_t j = 0; j < nch && st == FLX_OK; j++) {
+        size_t co = j * elems, cl = FLX_MIN(elems, count - co);
+        for (int c = 0; c < nchild && st == FLX_OK; c++)
+            st = coll_recv(comm, child[c], COLL_STEP(TREE_UP, j), tmp[c] + co * es, cl * es,
+                           &creq[c][j]);
+        if (parent >= 0 && st == FLX_OK)
+            st = coll_recv(comm, parent, COLL_STEP(TREE_DOWN, j), base + co * es, cl * es,
+                           &preq[j]);
+    }
+    /* advance both phases as their inputs complete */
+    while (st == FLX_OK && down < nch) {
+        int moved = 0;
+        while (up < nch && (nchild < 1 || creq[0][up].complete) &&
+               (nchild < 2 || creq[1][up].complete)) {
+            size_t co = up * elems, cl = FLX_MIN(elems, count - co);
+            for (int c = 0; c < nchild; c++) {
+                if ((st = creq[c][up].status) != FLX_OK)
+                    return st;
+                flx_reduce(base + co * es, tmp[c] + co * es, cl, dtype, op);
+            }
+            if (parent >= 0)
+                st = coll_send(comm, parent, COLL_STEP(TREE_UP, up), base + co * es, cl * es,
+                               &upreq[up]);
+            else
+                flx_reduce_finish(base + co * es, cl, dtype, op, n);
+            up++;
+            moved = 1;
+            if (st != FLX_OK)
+                return st;
+        }
+        while (down < nch && (parent < 0 ? down < up : preq[down].complete)) {
+            size_t co = down * elems, cl = FLX_MIN(elems, count - co);
+            if (parent >= 0 && (st = preq[down].status) != FLX_OK)
+                return st;
+            for (int c = 0; c < nchild && st == FLX_OK; c++)
+                st = coll_send(comm, child[c], COLL_STEP(TREE_DOWN, down), base + co * es,
+                               cl * es, &downreq[2 * down + (size_t)c]);
+            down++;
+            moved = 1;
+        }
+        if (moved)
+            since = flx_time_now();
+        else if (down < nch) {
+            tl_req_t *w = up < nch && nchild > 0 ? &creq[creq[0][up].complete ? 1 : 0][up]
+                                                 : &preq[down];
+            st = coll_progress(comm, w, since);
+        }
+    }
+    for (size_t j = 0; j < nch && st == FLX_OK; j++) {
+        if (parent >= 0)
+            st = coll_wait(comm, &upreq[j]);
+        for (int c = 0; c < nchild && st == FLX_OK; c++)
+            st = coll_wait(comm, &downreq[2 * j + (size_t)c]);
+    }
+    return st;
+}

@@ -1,0 +1,341 @@
+/* config.c -- the FLX_* knob table and its parsers. */
+#include "common/config.h"
+#include "common/log.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+typedef enum { CFG_INT, CFG_SIZE, CFG_TIME, CFG_BOOL, CFG_STRING, CFG_ENUM,
+               CFG_LOGLEVEL, CFG_SUBSYS, CFG_DOUBLE } cfg_kind_t;
+
+typedef struct {
+    const char *name;        /* without FLX_ */
+    const char *defval;
+    const char *help;
+    cfg_kind_t kind;
+    size_t offset;
+    size_t len;              /* CFG_STRING: buffer size */
+    long min, max;           /* CFG_INT bounds */
+    const char *const *choices; /* CFG_ENUM, NULL-terminated */
+} cfg_field_t;
+
+static const char *const net_choices[] = {"auto", "tcp", "ib", NULL};
+static const char *const algo_choices[] = {"auto", "ring", "tree", "rd", NULL};
+
+#define OFF(f) offsetof(flx_config_t, f)
+#define SZ(f) sizeof(((flx_config_t *)0)->f)
+
+static const cfg_field_t cfg_table[] = {
+    {"LOG_LEVEL", "warn", "log level: error|warn|info|debug|trace", CFG_LOGLEVEL,
+     OFF(log_level), 0, 0, 0, NULL},
+    {"LOG_SUBSYS", "all", "comma list of subsystems to log: init,net,coll,compress,ctrl,train,tool or all",
+     CFG_SUBSYS, OFF(log_subsys), 0, 0, 0, NULL},
+    {"RANK", "", "this process's rank (else OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID)",
+     CFG_INT, OFF(rank), 0, 0, 1 << 24, NULL},
+    {"SIZE", "", "number of ranks (else OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS)",
+     CFG_INT, OFF(size), 0, 1, 1 << 24, NULL},
+    {"ROOT", "127.0.0.1:29400", "host:port where rank 0 listens for the rendezvous",
+     CFG_STRING, OFF(root), SZ(root), 0, 0, NULL},
+    {"JOB_SECRET", "", "secret shared by the job's ranks; peers prove they know it (never sent)",
+     CFG_STRING, OFF(job_secret), SZ(job_secret), 0, 0, NULL},
+    {"SOCKET_IFNAME", "", "network interface for data sockets (default: the one that routes to the root)",
+     CFG_STRING, OFF(socket_ifname), SZ(socket_ifname), 0, 0, NULL},
+    {"NET", "auto", "transport: auto|tcp|ib (auto: ib when an active RDMA port exists)", CFG_ENUM,
+     OFF(net), 0, 0, 0, net_choices},
+    {"ALGO", "auto", "collective algorithm: auto|ring|tree|rd (auto: alpha-beta model)", CFG_ENUM,
+     OFF(algo), 0, 0, 0, algo_choices},
+    {"TIMEOUT", "30s", "a collective that makes no progress for this long fails with FLX_ERR_TIMED_OUT",
+     CFG_TIME, OFF(timeout_s), 0, 0, 0, NULL},
+    {"CONNECT_TIMEOUT", "60s", "how long bootstrap waits for the root and the other ranks", CFG_TIME,
+     OFF(connect_timeout_s), 0, 0, 0, NULL},
+    {"HANDSHAKE_TIMEOUT", "5s", "how long an accepted connection may take to authenticate", CFG_TIME,
+     OFF(handshake_timeout_s), 0, 0, 0, NULL},
+    {"CHUNK_SIZE", "256k", "pipeline chunk of ring, tree and broadcast algorithms", CFG_SIZE,
+     OFF(chunk_size), 0, 0, 0, NULL},
+    {"TCP_SOCKBUF", "0", "SO_SNDBUF/SO_RCVBUF of data sockets (0: kernel autotuning)", CFG_SIZE,
+     OFF(tcp_sockbuf), 0, 0, 0, NULL},
+    {"CALIBRATE", "yes", "measure alpha and beta when a communicator is created", CFG_BOOL,
+     OFF(calibrate), 0, 0, 0, NULL},
+    {"ALPHA", "0", "fixed link latency for the cost model (0: measured)", CFG_TIME, OFF(alpha_s), 0,
+     0, 0, NULL},
+    {"BETA", "0", "fixed link bandwidth in bytes/s for the cost model, e.g. 1.25G (0: measured)",
+     CFG_SIZE, OFF(beta), 0, 0, 0, NULL},
+    {"NTHREADS", "1", "threads used by local reductions", CFG_INT, OFF(nthreads), 0, 1, 64, NULL},
+};
+#define CFG_COUNT (sizeof(cfg_table) / sizeof(cfg_table[0]))
+
+static int parse_double(const char *s, double *out_p, char **end_p)
+{
+    char *end;
+    double v;
+
+    errno = 0;
+    v = strtod(s, &end);
+    if (end == s || errno != 0 || !isfinite(v) || v < 0)
+        return -1;
+    *out_p = v;
+    *end_p = end;
+    return 0;
+}
+
+int flx_parse_size(const char *s, size_t *out_p)
+{
+    double v, mult = 1;
+    char *end;
+
+    if (s == NULL || parse_double(s, &v, &end) != 0)
+        return -1;
+    switch (tolower((unsigned char)*end)) {
+    case '\0': break;
+    case 'k': mult = 1024.0; end++; break;
+    case 'm': mult = 1024.0 * 1024; end++; break;
+    case 'g': mult = 1024.0 * 1024 * 1024; end++; break;
+    case 't': mult = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    case 'b': break;
+    default: return -1;
+    }
+    if (mult > 1 && (strcasecmp(end, "ib") == 0 || strcasecmp(end, "b") == 0))
+        end += strlen(end);
+    else if (strcasecmp(end, "b") == 0)
+        end++;
+    if (*end != '\0' || v * mult > 9.0e18)
+        return -1;
+    *out_p = (size_t)(v * mult);
+    return 0;
+}
+
+int flx_parse_time(const char *s, double *out_p)
+{
+    double v, mult = 1;
+    char *end;
+
+    if (s == NULL || parse_double(s, &v, &end) != 0)
+        return -1;
+    if (*end == '\0' || strcmp(end, "s") == 0) mult = 1;
+    else if (strcmp(end, "ms") == 0) mult = 1e-3;
+    else if (strcmp(end, "us") == 0) mult = 1e-6;
+    else if (strcmp(end, "ns") == 0) mult = 1e-9;
+    else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0) mult = 60;
+    else return -1;
+    *out_p = v * mult;
+    return 0;
+}
+
+int flx_parse_int(const char *s, long min, long max, long *out_p)
+{
+    char *end;
+    long v;
+
+    if (s == NULL || *s == '\0')
+        return -1;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < min || v > max)
+        return -1;
+    *out_p = v;
+    return 0;
+}
+
+int flx_parse_bool(const char *s, int *out_p)
+{
+    static const char *const yes[] = {"1", "yes", "y", "on", "true", NULL};
+    static const char *const no[] = {"0", "no", "n", "off", "false", NULL};
+
+    if (s == NULL)
+        return -1;
+    for (int i = 0; yes[i]; i++)
+        if (strcasecmp(s, yes[i]) == 0) { *out_p = 1; return 0; }
+    for (int i = 0; no[i]; i++)
+        if (strcasecmp(s, no[i]) == 0) { *out_p = 0; return 0; }
+    return -1;
+}
+
+int flx_config_parse_log_level(const char *s, int *out_p)
+{
+    if (s == NULL)
+        return -1;
+    for (int l = FLX_LOG_ERROR; l <= FLX_LOG_TRACE; l++)
+        if (strcasecmp(s, flx_log_level_name(l)) == 0) { *out_p = l; return 0; }
+    return -1;
+}
+
+int flx_config_parse_subsys(const char *s, unsigned *out_p)
+{
+    unsigned mask = 0;
+    const char *p = s;
+
+    if (s == NULL || *s == '\0')
+        return -1;
+    if (strcasecmp(s, "all") == 0) { *out_p = ~0u; return 0; }
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        int found = 0;
+        for (int i = 0; i < FLX_SUBSYS_COUNT; i++) {
+            const char *name = flx_subsys_name(i);
+            if (n == strlen(name) && strncasecmp(p, name, n) == 0) {
+                mask |= 1u << i;
+                found = 1;
+            }
+        }
+        if (!found)
+            return -1;
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    *out_p = mask;
+    return 0;
+}
+
+static int enum_index(const char *const *choices, const char *s)
+{
+    for (int i = 0; choices[i]; i++)
+        if (strcasecmp(s, choices[i]) == 0)
+            return i;
+    return -1;
+}
+
+static const char *kind_expect(const cfg_field_t *f)
+{
+    switch (f->kind) {
+    case CFG_INT: return "an integer in range";
+    case CFG_SIZE: return "a size such as 4096, 64k, 4M or 1G";
+    case CFG_TIME: return "a time such as 500us, 10ms, 30s or 2m";
+    case CFG_BOOL: return "yes/no, on/off, true/false or 1/0";
+    case CFG_STRING: return "a shorter string";
+    case CFG_ENUM: return "one of the listed choices";
+    case CFG_LOGLEVEL: return "error, warn, info, debug or trace";
+    case CFG_SUBSYS: return "all or a comma list of init,net,coll,compress,ctrl,train,tool";
+    case CFG_DOUBLE: return "a non-negative number";
+    }
+    return "a valid value";
+}
+
+static int field_parse(const cfg_field_t *f, flx_config_t *cfg, const char *value)
+{
+    char *base = (char *)cfg + f->offset;
+    long l;
+    size_t sz;
+    double d;
+    int i;
+    unsigned u;
+
+    switch (f->kind) {
+    case CFG_INT:
+        if (*value == '\0') { *(int *)base = -1; return 0; }
+        if (flx_parse_int(value, f->min, f->max, &l) != 0) return -1;
+        *(int *)base = (int)l;
+        return 0;
+    case CFG_SIZE:
+        if (flx_parse_size(value, &sz) != 0) return -1;
+        if (f->offset == OFF(beta)) *(double *)base = (double)sz;
+        else *(size_t *)base = sz;
+        return 0;
+    case CFG_TIME:
+        if (flx_parse_time(value, &d) != 0) return -1;
+        *(double *)base = d;
+        return 0;
+    case CFG_DOUBLE:
+        d = strtod(value, NULL);
+        *(double *)base = d;
+        return 0;
+    case CFG_BOOL:
+        if (flx_parse_bool(value, &i) != 0) return -1;
+        *(int *)base = i;
+        return 0;
+    case CFG_STRING:
+        if (strlen(value) >= f->len) return -1;
+        strcpy(base, value);
+        return 0;
+    case CFG_ENUM:
+        if ((i = enum_index(f->choices, value)) < 0) return -1;
+        *(int *)base = i;
+        return 0;
+    case CFG_LOGLEVEL:
+        if (flx_config_parse_log_level(value, &i) != 0) return -1;
+        *(int *)base = i;
+        return 0;
+    case CFG_SUBSYS:
+        if (flx_config_parse_subsys(value, &u) != 0) return -1;
+        *(unsigned *)base = u;
+        return 0;
+    }
+    return -1;
+}
+
+static const cfg_field_t *field_find(const char *name)
+{
+    for (size_t i = 0; i < CFG_COUNT; i++)
+        if (strcmp(cfg_table[i].name, name) == 0)
+            return &cfg_table[i];
+    return NULL;
+}
+
+flx_status_t flx_config_set(flx_config_t *cfg, const char *name, const char *value)
+{
+    const cfg_field_t *f = field_find(name);
+
+    if (f == NULL || value == NULL) {
+        flx_error(INIT, -1, "unknown configuration knob FLX_%s", name ? name : "(null)");
+        return FLX_ERR_INVALID_ARG;
+    }
+    if (field_parse(f, cfg, value) != 0) {
+        flx_error(INIT, -1, "FLX_%s='%s' is malformed: expected %s", name, value,
+                  kind_expect(f));
+        return FLX_ERR_CONFIG;
+    }
+    return FLX_OK;
+}
+
+flx_status_t flx_config_load(flx_config_t *cfg_p)
+{
+    flx_config_t cfg;
+    char env[64];
+    flx_status_t st;
+
+    memset(&cfg, 0, sizeof(cfg));
+    for (size_t i = 0; i < CFG_COUNT; i++) {
+        if (field_parse(&cfg_table[i], &cfg, cfg_table[i].defval) != 0)
+            return FLX_ERR_CONFIG; /* a bad default is a bug caught by tests */
+    }
+    for (size_t i = 0; i < CFG_COUNT; i++) {
+        const char *v;
+        snprintf(env, sizeof(env), "FLX_%s", cfg_table[i].name);
+        v = getenv(env);
+        if (v == NULL)
+            continue;
+        st = flx_config_set(&cfg, cfg_table[i].name, v);
+        if (st != FLX_OK)
+            return st;
+    }
+    *cfg_p = cfg;
+    return FLX_OK;
+}
+
+void flx_config_print(FILE *out, const flx_config_t *cfg)
+{
+    (void)cfg;
+    for (size_t i = 0; i < CFG_COUNT; i++) {
+        const cfg_field_t *f = &cfg_table[i];
+        char env[64];
+        const char *v;
+
+        snprintf(env, sizeof(env), "FLX_%s", f->name);
+        v = getenv(env);
+        fprintf(out, "#\n# %s\n", f->help);
+        if (f->choices) {
+            fprintf(out, "# choices:");
+            for (int c = 0; f->choices[c]; c++)
+                fprintf(out, " %s", f->choices[c]);
+            fprintf(out, "\n");
+        }
+        fprintf(out, "%s=%s", env, v ? v : f->defval);
+        if (v)
+            fprintf(out, "    # default: %s", f->defval[0] ? f->defval : "(unset)");
+        fprintf(out, "\n");
+    }
+}

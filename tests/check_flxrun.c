@@ -1,0 +1,768 @@
+/* check_flxrun.c -- runs the real flxrun binary with real shell ranks.
+ *
+ * The binary is $FLXRUN, default "./flxrun" (make check runs this from the top
+ * build directory).  Each test forks flxrun with its stdout and stderr on
+ * pipes, optionally sends it signals when its output shows the ranks are
+ * ready, and asserts on the exit status, the captured output and the time it
+ * took.  The test of a failing rank makes itself a child subreaper, so the
+ * ranks' children orphaned by the stop come back to it and can be proven gone.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+
+#include <check.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RUN_LIMIT_S     20.0    /* a run that takes longer is killed and fails */
+#define TEST_TIMEOUT_S  40
+
+/* Send signo to flxrun once its stdout holds `count` copies of `marker`. */
+typedef struct {
+    const char *marker;
+    int count;
+    int signo;
+} run_step_t;
+
+typedef struct {
+    const char *const *args;     /* after argv[0]; NULL-terminated */
+    const char *const *env;      /* "NAME=VALUE" to add; NULL-terminated or NULL */
+    const run_step_t *steps;     /* sent in order; NULL or ends with signo 0 */
+} run_spec_t;
+
+typedef struct {
+    int code;                    /* exit code; 1000+signo if flxrun itself died */
+    char *out;
+    size_t out_len;
+    char *err;
+    size_t err_len;
+    double elapsed_s;
+} run_result_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const char *flxrun_path(void)
+{
+    const char *p = getenv("FLXRUN");
+
+    return (p != NULL && p[0] != '\0') ? p : "./flxrun";
+}
+
+static int count_substr(const char *hay, const char *needle)
+{
+    size_t nlen = strlen(needle);
+    int n = 0;
+
+    while ((hay = strstr(hay, needle)) != NULL) {
+        n++;
+        hay += nlen;
+    }
+    return n;
+}
+
+static void buf_append(char **buf, size_t *len, const char *data, size_t n)
+{
+    char *p = realloc(*buf, *len + n + 1);
+
+    ck_assert_ptr_nonnull(p);
+    memcpy(p + *len, data, n);
+    *len += n;
+    p[*len] = '\0';
+    *buf = p;
+}
+
+static void run_result_free(run_result_t *res)
+{
+    free(res->out);
+    free(res->err);
+    memset(res, 0, sizeof(*res));
+}
+
+/* Runs flxrun per spec; fills res.  The environment of flxrun starts without
+ * any FLX_* job variables so each run makes its own. */
+static void run_flxrun(const run_spec_t *spec, run_result_t *res)
+{
+    const char *argv[64];
+    int out_fds[2], err_fds[2];
+    struct pollfd pfds[2];
+    int nsteps_done = 0;
+    double start, deadline;
+    int status;
+    pid_t pid;
+    size_t i;
+
+    memset(res, 0, sizeof(*res));
+    res->out = calloc(1, 1);
+    res->err = calloc(1, 1);
+    ck_assert(res->out != NULL && res->err != NULL);
+
+    argv[0] = flxrun_path();
+    for (i = 0; spec->args[i] != NULL; i++) {
+        ck_assert_uint_lt(i + 2, sizeof(argv) / sizeof(argv[0]));
+        argv[i + 1] = spec->args[i];
+    }
+    argv[i + 1] = NULL;
+
+    ck_assert_int_eq(pipe2(out_fds, O_CLOEXEC), 0);
+    ck_assert_int_eq(pipe2(err_fds, O_CLOEXEC), 0);
+    start = now_s();
+    deadline = start + RUN_LIMIT_S;
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int null_fd = open("/dev/null", O_RDONLY);
+
+        dup2(null_fd, STDIN_FILENO);
+        dup2(out_fds[1], STDOUT_FILENO);
+        dup2(err_fds[1], STDERR_FILENO);
+        unsetenv("FLX_ROOT");
+        unsetenv("FLX_JOB_SECRET");
+        unsetenv("FLX_RANK");
+        unsetenv("FLX_SIZE");
+        for (i = 0; spec->env != NULL && spec->env[i] != NULL; i++)
+            putenv((char *)spec->env[i]);
+        execv(argv[0], (char *const *)argv);
+        dprintf(STDERR_FILENO, "check_flxrun: cannot execute %s: %s\n", argv[0],
+                strerror(errno));
+        _exit(126);
+    }
+    close(out_fds[1]);
+    close(err_fds[1]);
+
+    pfds[0] = (struct pollfd){.fd = out_fds[0], .events = POLLIN};
+    pfds[1] = (struct pollfd){.fd = err_fds[0], .events = POLLIN};
+    while (pfds[0].fd >= 0 || pfds[1].fd >= 0) {
+        double left = deadline - now_s();
+        char buf[4096];
+        int k;
+
+        if (left <= 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            ck_abort_msg("flxrun %s... still running after %.0f s; stdout:\n%s\nstderr:\n%s",
+                         spec->args[0] != NULL ? spec->args[0] : "", RUN_LIMIT_S, res->out,
+                         res->err);
+        }
+        if (poll(pfds, 2, (int)(left * 1000) + 1) < 0) {
+            ck_assert_int_eq(errno, EINTR);
+            continue;
+        }
+        for (k = 0; k < 2; k++) {
+            ssize_t n;
+
+            if (pfds[k].fd < 0 || pfds[k].revents == 0)
+                continue;
+            n = read(pfds[k].fd, buf, sizeof(buf));
+            if (n <= 0) {
+                close(pfds[k].fd);
+                pfds[k].fd = -1;
+                continue;
+            }
+            if (k == 0)
+                buf_append(&res->out, &res->out_len, buf, (size_t)n);
+            else
+                buf_append(&res->err, &res->err_len, buf, (size_t)n);
+        }
+        while (spec->steps != NULL && spec->steps[nsteps_done].signo != 0 &&
+               count_substr(res->out, spec->steps[nsteps_done].marker) >=
+                   spec->steps[nsteps_done].count) {
+            kill(pid, spec->steps[nsteps_done].signo);
+            nsteps_done++;
+        }
+    }
+
+    while (waitpid(pid, &status, 0) < 0)
+        ck_assert_int_eq(errno, EINTR);
+    res->elapsed_s = now_s() - start;
+    if (WIFEXITED(status))
+        res->code = WEXITSTATUS(status);
+    else
+        res->code = 1000 + WTERMSIG(status);
+}
+
+/* Runs flxrun with args (NULL-terminated list). */
+#define RUN(res, ...)                                                       \
+    do {                                                                    \
+        const char *const run_args_[] = {__VA_ARGS__, NULL};                \
+        const run_spec_t run_spec_ = {.args = run_args_};                   \
+        run_flxrun(&run_spec_, (res));                                      \
+    } while (0)
+
+/* Number of lines of text equal to line. */
+static int count_lines(const char *text, const char *line)
+{
+    size_t len = strlen(line);
+    int n = 0;
+
+    while (*text != '\0') {
+        const char *nl = strchr(text, '\n');
+        size_t l = nl != NULL ? (size_t)(nl - text) : strlen(text);
+
+        if (l == len && memcmp(text, line, len) == 0)
+            n++;
+        text += l + (nl != NULL);
+    }
+    return n;
+}
+
+static int count_all_lines(const char *text)
+{
+    return count_substr(text, "\n");
+}
+
+/* ---- temporary directory with pid files ------------------------------------ */
+
+static void tmpdir_make(char *dir, size_t len)
+{
+    const char *base = getenv("TMPDIR");
+
+    snprintf(dir, len, "%s/check_flxrun.XXXXXX", base != NULL && base[0] ? base : "/tmp");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void tmpdir_remove(const char *dir)
+{
+    char cmd[512];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static pid_t pidfile_read(const char *dir, const char *name)
+{
+    char path[512];
+    FILE *f;
+    long pid = 0;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "no pid file %s", path);
+    ck_assert_int_eq(fscanf(f, "%ld", &pid), 1);
+    fclose(f);
+    ck_assert_int_gt(pid, 1);
+    return (pid_t)pid;
+}
+
+/* True once pid is gone; orphans reparented to us are reaped while waiting. */
+static bool pid_gone_within(pid_t pid, double limit_s)
+{
+    double deadline = now_s() + limit_s;
+
+    for (;;) {
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+            ;
+        if (kill(pid, 0) < 0 && errno == ESRCH)
+            return true;
+        if (now_s() >= deadline)
+            return false;
+        usleep(10000);
+    }
+}
+
+/* ---- tests ---------------------------------------------------------------- */
+
+START_TEST(test_hello_env)
+{
+    run_result_t r;
+
+    RUN(&r, "-n", "3", "--", "sh", "-c", "echo hello $FLX_RANK $FLX_SIZE");
+    ck_assert_msg(r.code == 0, "exit %d, stderr:\n%s", r.code, r.err);
+    ck_assert_int_eq(count_all_lines(r.out), 3);
+    ck_assert_int_eq(count_lines(r.out, "[0] hello 0 3"), 1);
+    ck_assert_int_eq(count_lines(r.out, "[1] hello 1 3"), 1);
+    ck_assert_int_eq(count_lines(r.out, "[2] hello 2 3"), 1);
+    ck_assert_str_eq(r.err, "");
+    run_result_free(&r);
+}
+END_TEST
+
+START_TEST(test_np_spellings)
+{
+    static const char *const forms[][3] = {
+        {"-np", "2", NULL}, {"--np", "2", NULL}, {"--np=2", NULL, NULL}, {"-n2", NULL, NULL},
+    };
+    size_t f;
+
+    for (f = 0; f < sizeof(forms) / sizeof(forms[0]); f++) {
+        const char *args[8];
+        run_spec_t spec = {.args = args};
+        run_result_t r;
+        int a = 0;
+
+        args[a++] = forms[f][0];
+        if (forms[f][1] != NULL)
+            args[a++] = forms[f][1];
+        args[a++] = "sh";
+        args[a++] = "-c";
+        args[a++] = "echo r$FLX_RANK/$FLX_SIZE";
+        args[a] = NULL;
+        run_flxrun(&spec, &r);
+        ck_assert_msg(r.code == 0, "%s: exit %d, stderr:\n%s", forms[f][0], r.code, r.err);
+        ck_assert_int_eq(count_lines(r.out, "[0] r0/2"), 1);
+        ck_assert_int_eq(count_lines(r.out, "[1] r1/2"), 1);
+        run_result_free(&r);
+    }
+}
+END_TEST
+
+/* Parses "[i] ROOT SECRET LOCAL_RANK LOCAL_SIZE" lines; checks they agree. */
+static void check_job_env(const char *out, int nranks, char *secret_p, size_t secret_len)
+{
+    char root0[128] = "", secret0[128] = "";
+    const char *line = out;
+    int seen = 0;
+
+    while (*line != '\0') {
+        char root[128], secret[128];
+        int rank, lrank, lsize, port, i;
+
+        ck_assert_int_eq(sscanf(line, "[%d] %127s %127s %d %d", &rank, root, secret, &lrank,
+                                &lsize), 5);
+        ck_assert_int_eq(rank, lrank);
+        ck_assert_int_eq(lsize, nranks);
+        ck_assert_int_eq(sscanf(root, "127.0.0.1:%d", &port), 1);
+        ck_assert_int_gt(port, 0);
+        ck_assert_int_lt(port, 65536);
+        ck_assert_uint_eq(strlen(secret), 64);
+        for (i = 0; i < 64; i++)
+            ck_assert_msg(isxdigit((unsigned char)secret[i]), "secret %s not hex", secret);
+        if (seen == 0) {
+            strcpy(root0, root);
+            strcpy(secret0, secret);
+        }
+        ck_assert_str_eq(root, root0);
+        ck_assert_str_eq(secret, secret0);
+        seen++;
+        line = strchr(line, '\n');
+        ck_assert_ptr_nonnull(line);
+        line++;
+    }
+    ck_assert_int_eq(seen, nranks);
+    ck_assert_uint_gt(secret_len, strlen(secret0));
+    strcpy(secret_p, secret0);
+}
+
+START_TEST(test_root_and_secret_shared)
+{
+    static const char *const script =
+        "echo $FLX_ROOT $FLX_JOB_SECRET $FLX_LOCAL_RANK $FLX_LOCAL_SIZE";
+    char secret1[128], secret2[128];
+    run_result_t r;
+
+    RUN(&r, "-n", "4", "sh", "-c", script);
+    ck_assert_msg(r.code == 0, "exit %d, stderr:\n%s", r.code, r.err);
+    check_job_env(r.out, 4, secret1, sizeof(secret1));
+    run_result_free(&r);
+
+    RUN(&r, "-n", "2", "sh", "-c", script);
+    ck_assert_msg(r.code == 0, "exit %d, stderr:\n%s", r.code, r.err);
+    check_job_env(r.out, 2, secret2, sizeof(secret2));
+    run_result_free(&r);
+
+    ck_assert_str_ne(secret1, secret2);
+}
+END_TEST
+
+START_TEST(test_preset_root_and_secret_kept)
+{
+    static const char *const args[] = {"-n", "2", "sh", "-c", "echo $FLX_ROOT $FLX_JOB_SECRET",
+                                       NULL};
+    static const char *const env[] = {"FLX_ROOT=10.1.2.3:4567", "FLX_JOB_SECRET=given", NULL};
+    const run_spec_t spec = {.args = args, .env = env};
+    run_result_t r;
+
+    run_flxrun(&spec, &r);
+    ck_assert_msg(r.code == 0, "exit %d, stderr:\n%s", r.code, r.err);
+    ck_assert_int_eq(count_lines(r.out, "[0] 10.1.2.3:4567 given"), 1);
+    ck_assert_int_eq(count_lines(r.out, "[1] 10.1.2.3:4567 given"), 1);
+    run_result_free(&r);
+}
+END_TEST
+
+START_TEST(test_rank_failure_stops_others)
+{
+    char dir[256], script[1024], name[32];
+    run_result_t r;
+    pid_t pids[6];
+    int rank, n = 0, i;
+
+    /* Orphans of stopped ranks come back to this process (the setting is not
+     * inherited over check's fork, so it is made here), so they can be
+     * reaped and seen gone rather than lingering as someone else's zombies. */
+    ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+    tmpdir_make(dir, sizeof(dir));
+    /* Ranks 0 and 2 record their shell's pid and a background sleep's pid;
+     * rank 1 fails only once both have, so there is something to stop. */
+    snprintf(script, sizeof(script),
+             "d='%s'; echo $$ > $d/sh.$FLX_RANK.tmp && mv $d/sh.$FLX_RANK.tmp $d/sh.$FLX_RANK; "
+             "if [ $FLX_RANK = 1 ]; then "
+             "  while [ ! -e $d/sleep.0 ] || [ ! -e $d/sleep.2 ]; do sleep 0.02; done; exit 7; "
+             "fi; "
+             "sleep 30 & echo $! > $d/sleep.$FLX_RANK.tmp && mv $d/sleep.$FLX_RANK.tmp "
+             "$d/sleep.$FLX_RANK; wait",
+             dir);
+    RUN(&r, "-n", "3", "--", "sh", "-c", script);
+    ck_assert_msg(r.code == 7, "exit %d, stderr:\n%s", r.code, r.err);
+    ck_assert_msg(r.elapsed_s < 10.0, "took %.1f s", r.elapsed_s);
+    ck_assert_int_eq(count_lines(r.err,
+                                 "flxrun: rank 1 exited with status 7; stopping the other ranks"),
+                     1);
+
+    for (rank = 0; rank < 3; rank++) {
+        snprintf(name, sizeof(name), "sh.%d", rank);
+        pids[n++] = pidfile_read(dir, name);
+        if (rank == 1)
+            continue;
+        snprintf(name, sizeof(name), "sleep.%d", rank);
+        pids[n++] = pidfile_read(dir, name);
+    }
+    for (i = 0; i < n; i++)
+        ck_assert_msg(pid_gone_within(pids[i], 3.0), "pid %d still exists", (int)pids[i]);
+    tmpdir_remove(dir);
+    run_result_free(&r);
+}
+END_TEST
+
+START_TEST(test_rank_killed_by_signal)
+{
+    run_result_t r;
+
+    RUN(&r, "-n", "3", "sh", "-c", "if [ $FLX_RANK = 0 ]; then kill -9 $$; fi; sleep 30");
+    ck_assert_msg(r.code == 128 + SIGKILL, "exit %d, stderr:\n%s", r.code, r.err);
+    ck_assert_msg(r.elapsed_s < 10.0, "took %.1f s", r.elapsed_s);
+    ck_assert_msg(strstr(r.err, "flxrun: rank 0 killed by signal 9") != NULL, "stderr:\n%s",
+                  r.err);
+    run_result_free(&r);
+}
+END_TEST
+
+START_TEST(test_timeout)
+{
+    run_result_t r;
+
+    RUN(&r, "--timeout", "1", "-n", "3", "--", "sleep", "30");
+    ck_assert_msg(r.code == 124, "exit %d, stderr:\n%s", r.code, r.err);
+    ck_assert_msg(r.elapsed_s >= 0.9 && r.elapsed_s < 5.0, "took %.1f s", r.elapsed_s);
+    ck_assert_int_eq(count_lines(r.err, "flxrun: timeout after 1 s; stopping 3 ranks"), 1);
+    run_result_free(&r);
+
+    RUN(&r, "-t", "0.3", "-n", "2", "sleep", "30");
+    ck_assert_msg(r.code == 124, "exit %d, stderr:\n%s", r.code, r.err);
+    ck_assert_msg(r.elapsed_s < 4.0, "took %.1f s", r.elapsed_s);
+    run_result_free(&r);
+}
+END_TEST
+
+START_TEST(test_timeout_not_reached)
+{
+    run_result_t r;
+
+    RUN(&r, "--timeout=10", "-n", "2", "sh", "-c", "echo done");
+    ck_assert_msg(r.code == 0, "exit %d, stderr:\n%s", r.code, r.err);
+    ck_assert_msg(r.elapsed_s < 5.0, "took %.1f s", r.elapsed_s);
+    ck_assert_int_eq(count_all_lines(r.out), 2);
+    run_result_free(&r);
+}
+END_TEST
+
+/* The ranks trap TERM: they see the forwarded signal and exit 3. */
+START_TEST(test_sigterm_forwarded)
+{
+    static const char *const args[] = {
+        "-n", "3", "sh", "-c",
+        "trap 'echo got TERM; exit 3' TERM; echo ready; while :; do sleep 0.05; done", NULL};
+    static const run_step_t steps[] = {{"ready", 3, SIGTERM}, {NULL, 0, 0}};
+    const run_spec_t spec = {.args = args, .steps = steps};
+    run_result_t r;
+
+    run_flxrun(&spec, &r);
+    ck_assert_msg(r.code == 3, "exit %d, stdout:\n%s\nstderr:\n%s", r.code, r.out, r.err);
+    ck_assert_msg(r.elapsed_s < 5.0, "took %.1f s", r.elapsed_s);
+    ck_assert_int_eq(count_lines(r.out, "[0] got TERM"), 1);
+    ck_assert_int_eq(count_lines(r.out, "[1] got TERM"), 1);
+    ck_assert_int_eq(count_lines(r.out, "[2] got TERM"), 1);
+    run_result_free(&r);
+}
+END_TEST
+
+/* Ranks that just die from the forwarded signal: 128+signo. */
+START_TEST(test_signal_kills_plain_ranks)
+{
+    static const int signos[] = {SIGTERM, SIGINT, SIGHUP};
+    static const char *const args[] = {"-n", "2", "sh", "-c", "echo ready; exec sleep 30",
+                                       NULL};
+    size_t s;
+
+    for (s = 0; s < sizeof(signos) / sizeof(signos[0]); s++) {
+        const run_step_t steps[] = {{"ready", 2, signos[s]}, {NULL, 0, 0}};
+        const run_spec_t spec = {.args = args, .steps = steps};
+        run_result_t r;
+
+        run_flxrun(&spec, &r);
+        ck_assert_msg(r.code == 128 + signos[s], "signal %d: exit %d, stderr:\n%s", signos[s],
+                      r.code, r.err);
+        ck_assert_msg(r.elapsed_s < 5.0, "took %.1f s", r.elapsed_s);
+        run_result_free(&r);
+    }
+}
+END_TEST
+
+/* Ranks survive SIGINT (trap without exit); the second SIGINT kills them. */
+START_TEST(test_second_sigint_kills)
+{
+    static const char *const args[] = {
+        "-n", "2", "sh", "-c",
+        "trap 'echo got INT' INT; trap '' TERM; echo ready; while :; do sleep 0.05; done", NULL};
+    static const run_step_t steps[] = {
+        {"ready", 2, SIGINT}, {"got INT", 2, SIGINT}, {NULL, 0, 0}};
+    const run_spec_t spec = {.args = args, .steps = steps};
+    run_result_t r;
+
+    run_flxrun(&spec, &r);
+    ck_assert_msg(r.code == 128 + SIGKILL, "exit %d, stdout:\n%s\nstderr:\n%s", r.code, r.out,
+                  r.err);
+    ck_assert_msg(r.elapsed_s < 5.0, "took %.1f s", r.elapsed_s);
+    run_result_free(&r);
+}
+END_TEST
+
+START_TEST(test_stderr_prefixed_and_partial_lines)
+{
+    run_result_t r;
+
+    RUN(&r, "-n", "2", "sh", "-c",
+        "echo out $FLX_RANK; echo err $FLX_RANK >&2; printf 'tail %s' $FLX_RANK >&2");
+    ck_assert_msg(r.code == 0, "exit %d, stderr:\n%s", r.code, r.err);
+    ck_assert_int_eq(count_all_lines(r.out), 2);
+    ck_assert_int_eq(count_lines(r.out, "[0] out 0"), 1);
+    ck_assert_int_eq(count_lines(r.out, "[1] out 1"), 1);
+    ck_assert_int_eq(count_all_lines(r.err), 4);
+    ck_assert_int_eq(count_lines(r.err, "[0] err 0"), 1);
+    ck_assert_int_eq(count_lines(r.err, "[1] err 1"), 1);
+    ck_assert_int_eq(count_lines(r.err, "[0] tail 0"), 1);
+    ck_assert_int_eq(count_lines(r.err, "[1] tail 1"), 1);
+    run_result_free(&r);
+}
+END_TEST
+
+/* A 20000-byte line without newline: split, every piece prefixed, nothing lost. */
+START_TEST(test_long_line_split)
+{
+    run_result_t r;
+    const char *line;
+    size_t total = 0;
+
+    RUN(&r, "-n", "1", "sh", "-c", "head -c 20000 /dev/zero | tr '\\0' x");
+    ck_assert_msg(r.code == 0, "exit %d, stderr:\n%s", r.code, r.err);
+    ck_assert_int_gt(count_all_lines(r.out), 1);
+    for (line = r.out; *line != '\0';) {
+        const char *nl = strchr(line, '\n');
+        size_t i;
+
+        ck_assert_ptr_nonnull(nl);
+        ck_assert_msg(strncmp(line, "[0] ", 4) == 0, "unprefixed piece");
+        for (i = 4; line + i < nl; i++)
+            ck_assert_int_eq(line[i], 'x');
+        total += (size_t)(nl - line) - 4;
+        line = nl + 1;
+    }
+    ck_assert_uint_eq(total, 20000);
+    run_result_free(&r);
+}
+END_TEST
+
+/* Many ranks, many lines each: nothing lost, no line torn. */
+START_TEST(test_many_ranks_many_lines)
+{
+    run_result_t r;
+    const char *line;
+    int counts[32] = {0};
+    int rank;
+
+    RUN(&r, "-n", "32", "sh", "-c",
+        "i=0; while [ $i -lt 200 ]; do echo line $FLX_RANK $i; i=$((i+1)); done");
+    ck_assert_msg(r.code == 0, "exit %d, stderr:\n%s", r.code, r.err);
+    ck_assert_int_eq(count_all_lines(r.out), 32 * 200);
+    for (line = r.out; *line != '\0'; line = strchr(line, '\n') + 1) {
+        int pr, lr, k;
+
+        ck_assert_int_eq(sscanf(line, "[%d] line %d %d", &pr, &lr, &k), 3);
+        ck_assert_int_eq(pr, lr);
+        ck_assert(pr >= 0 && pr < 32);
+        ck_assert_int_eq(k, counts[pr]);     /* in order within a rank */
+        counts[pr]++;
+    }
+    for (rank = 0; rank < 32; rank++)
+        ck_assert_int_eq(counts[rank], 200);
+    run_result_free(&r);
+}
+END_TEST
+
+START_TEST(test_bad_usage)
+{
+    static const char *const cases[][5] = {
+        {NULL},
+        {"-n", "0", "true", NULL},
+        {"-n", "abc", "true", NULL},
+        {"-n", "4097", "true", NULL},
+        {"-n", "-1", "true", NULL},
+        {"-n", "3", NULL},
+        {"-n", "3", "--", NULL},
+        {"true", NULL},
+        {"-n", NULL},
+        {"--bogus", "-n", "1", "true", NULL},
+        {"-n", "1", "--timeout", "-1", "true"},
+        {"-n", "1", "--timeout", "x", "true"},
+    };
+    size_t c;
+
+    for (c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        const char *args[6] = {NULL};
+        const run_spec_t spec = {.args = args};
+        run_result_t r;
+        size_t a;
+
+        for (a = 0; a < 5 && cases[c][a] != NULL; a++)
+            args[a] = cases[c][a];
+        run_flxrun(&spec, &r);
+        ck_assert_msg(r.code == 2, "case %zu: exit %d", c, r.code);
+        ck_assert_msg(strncmp(r.err, "flxrun: ", 8) == 0, "case %zu: stderr:\n%s", c, r.err);
+        ck_assert_str_eq(r.out, "");
+        run_result_free(&r);
+    }
+}
+END_TEST
+
+START_TEST(test_missing_program)
+{
+    run_result_t r;
+
+    RUN(&r, "-n", "2", "--", "/nonexistent/flxrun-no-such-prog");
+    ck_assert_msg(r.code == 127, "exit %d, stderr:\n%s", r.code, r.err);
+    ck_assert_msg(strstr(r.err, "flxrun: cannot execute /nonexistent/flxrun-no-such-prog: ") !=
+                      NULL, "stderr:\n%s", r.err);
+    run_result_free(&r);
+
+    RUN(&r, "-n", "1", "flxrun-no-such-prog-in-path");
+    ck_assert_msg(r.code == 127, "exit %d, stderr:\n%s", r.code, r.err);
+    ck_assert_msg(strstr(r.err, "[0] flxrun: cannot execute flxrun-no-such-prog-in-path") !=
+                      NULL, "stderr:\n%s", r.err);
+    run_result_free(&r);
+}
+END_TEST
+
+START_TEST(test_help_and_version)
+{
+    run_result_t r;
+
+    RUN(&r, "--help");
+    ck_assert_int_eq(r.code, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "usage: flxrun"));
+    run_result_free(&r);
+
+    RUN(&r, "-h");
+    ck_assert_int_eq(r.code, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "usage: flxrun"));
+    run_result_free(&r);
+
+    RUN(&r, "--version");
+    ck_assert_int_eq(r.code, 0);
+    ck_assert_ptr_nonnull(strstr(r.out, "flxrun"));
+    run_result_free(&r);
+}
+END_TEST
+
+/* Ranks' stdin is /dev/null: a rank reading it sees EOF at once. */
+START_TEST(test_stdin_is_dev_null)
+{
+    run_result_t r;
+
+    RUN(&r, "-n", "2", "sh", "-c", "if read x; then echo got; else echo eof; fi");
+    ck_assert_msg(r.code == 0, "exit %d, stderr:\n%s", r.code, r.err);
+    ck_assert_int_eq(count_lines(r.out, "[0] eof"), 1);
+    ck_assert_int_eq(count_lines(r.out, "[1] eof"), 1);
+    run_result_free(&r);
+}
+END_TEST
+
+static Suite *flxrun_suite(void)
+{
+    Suite *s = suite_create("flxrun");
+    TCase *tc_env = tcase_create("env");
+    TCase *tc_fail = tcase_create("failure");
+    TCase *tc_sig = tcase_create("signals");
+    TCase *tc_out = tcase_create("output");
+    TCase *tc_usage = tcase_create("usage");
+
+    tcase_add_test(tc_env, test_hello_env);
+    tcase_add_test(tc_env, test_np_spellings);
+    tcase_add_test(tc_env, test_root_and_secret_shared);
+    tcase_add_test(tc_env, test_preset_root_and_secret_kept);
+    tcase_add_test(tc_env, test_stdin_is_dev_null);
+    tcase_add_test(tc_fail, test_rank_failure_stops_others);
+    tcase_add_test(tc_fail, test_rank_killed_by_signal);
+    tcase_add_test(tc_fail, test_timeout);
+    tcase_add_test(tc_fail, test_timeout_not_reached);
+    tcase_add_test(tc_sig, test_sigterm_forwarded);
+    tcase_add_test(tc_sig, test_signal_kills_plain_ranks);
+    tcase_add_test(tc_sig, test_second_sigint_kills);
+    tcase_add_test(tc_out, test_stderr_prefixed_and_partial_lines);
+    tcase_add_test(tc_out, test_long_line_split);
+    tcase_add_test(tc_out, test_many_ranks_many_lines);
+    tcase_add_test(tc_usage, test_bad_usage);
+    tcase_add_test(tc_usage, test_missing_program);
+    tcase_add_test(tc_usage, test_help_and_version);
+
+    tcase_set_timeout(tc_env, TEST_TIMEOUT_S);
+    tcase_set_timeout(tc_fail, TEST_TIMEOUT_S);
+    tcase_set_timeout(tc_sig, TEST_TIMEOUT_S);
+    tcase_set_timeout(tc_out, TEST_TIMEOUT_S);
+    tcase_set_timeout(tc_usage, TEST_TIMEOUT_S);
+
+    suite_add_tcase(s, tc_env);
+    suite_add_tcase(s, tc_fail);
+    suite_add_tcase(s, tc_sig);
+    suite_add_tcase(s, tc_out);
+    suite_add_tcase(s, tc_usage);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr;
+    int nfailed;
+
+    if (access(flxrun_path(), X_OK) != 0) {
+        fprintf(stderr, "check_flxrun: %s is not an executable (set FLXRUN): %s\n",
+                flxrun_path(), strerror(errno));
+        return 99;                                   /* automake: hard error */
+    }
+    sr = srunner_create(flxrun_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    nfailed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return nfailed == 0 ? 0 : 1;
+}

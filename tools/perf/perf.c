@@ -1,0 +1,1014 @@
+/* perf.c -- the benchmark engine behind flx-allreduce-perf, flx-allgather-perf,
+ * flx-bcast-perf (and the argument parser of flx-reduce-perf).
+ *
+ * One run: parse the nccl-tests flags, create the communicator from the
+ * environment, then for every (type, op) and every size of the sweep and for
+ * out-of-place then in-place:
+ *
+ *   fill inputs -> warm-up calls -> barrier -> timed calls -> reduce the
+ *   per-iteration times with FLX_MAX over ranks -> (check pass: fill, one
+ *   call, count wrong elements, FLX_SUM over ranks)
+ *
+ * Rank 0 prints one nccl-tests row per size and, with --csv, one CSV row per
+ * size and placement.  All state hangs off a perf_engine_t.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "tools/perf/perf.h"
+
+#include "common/config.h"
+#include "common/dtype.h"
+#include "common/time.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define PERF_DEFAULT_MAX_BYTES ((size_t)64 << 20)
+#define PERF_MAX_ITERS 10000000L
+#define PERF_HOST_LEN 56
+
+/* ---------------------------------------------------------------------- */
+/* Arguments                                                               */
+/* ---------------------------------------------------------------------- */
+
+void perf_args_default(perf_args_t *args)
+{
+    memset(args, 0, sizeof(*args));
+    args->min_bytes = 8;
+    args->max_bytes = PERF_DEFAULT_MAX_BYTES;
+    args->step_bytes = (size_t)1 << 20;
+    args->step_factor = 2;
+    args->iters = 20;
+    args->warmup = 5;
+    args->check = 1;
+    args->blocking = 1;
+    args->root = 0;
+    args->algo = FLX_ALGO_AUTO;
+    args->dtypes = 1u << FLX_FLOAT32;
+    args->ops = 1u << FLX_SUM;
+    args->csv_path = NULL;
+}
+
+/* One line of usage per option letter. */
+static const struct {
+    char letter;
+    const char *text;
+} perf_usage_lines[] = {
+    {'b', "-b, --minbytes SIZE      smallest size in bytes (8, 4k, 1M...; default 8)"},
+    {'e', "-e, --maxbytes SIZE      largest size in bytes (default 64M)"},
+    {'f', "-f, --stepfactor N       multiply the size by N each step (default 2; 1 = use -i)"},
+    {'i', "-i, --stepbytes SIZE     add SIZE each step instead of multiplying"},
+    {'n', "-n, --iters N            timed iterations per size (default 20)"},
+    {'w', "-w, --warmup_iters N     untimed warm-up iterations per measurement (default 5)"},
+    {'c', "-c, --check 0|1          check results in a separate, untimed pass (default 1)"},
+    {'d', "-d, --datatype TYPE      float, double, half, bfloat16, int32, int64 or all (default float)"},
+    {'o', "-o, --op OP              sum, prod, min, max, avg or all (default sum)"},
+    {'a', "-a, --algo ALGO          auto, ring, tree or rd (default auto)"},
+    {'r', "-r, --root RANK          root of the broadcast (default 0)"},
+    {'z', "-z, --blocking 0|1       1: blocking calls; 0: non-blocking calls + flx_wait (default 1)"},
+    {'C', "    --csv FILE           write one CSV row per size and placement to FILE"},
+    {'h', "-h, --help               this text"},
+};
+
+void perf_usage(FILE *out, const char *prog, const char *accept)
+{
+    fprintf(out, "usage: %s [options]\n", prog);
+    for (size_t k = 0; k < sizeof(perf_usage_lines) / sizeof(perf_usage_lines[0]); k++) {
+        if (perf_usage_lines[k].letter == 'h' || strchr(accept, perf_usage_lines[k].letter))
+            fprintf(out, "  %s\n", perf_usage_lines[k].text);
+    }
+}
+
+static int perf_parse_dtypes(const char *s, unsigned *mask_p)
+{
+    if (strcmp(s, "all") == 0) {
+        *mask_p = (1u << FLX_DTYPE_COUNT) - 1;
+        return 0;
+    }
+    for (int d = 0; d < FLX_DTYPE_COUNT; d++) {
+        if (strcmp(s, flx_dtype_name((flx_dtype_t)d)) == 0) {
+            *mask_p = 1u << d;
+            return 0;
+        }
+    }
+    /* nccl-tests' other spellings */
+    if (strcmp(s, "float32") == 0) { *mask_p = 1u << FLX_FLOAT32; return 0; }
+    if (strcmp(s, "float64") == 0) { *mask_p = 1u << FLX_FLOAT64; return 0; }
+    if (strcmp(s, "float16") == 0) { *mask_p = 1u << FLX_FLOAT16; return 0; }
+    if (strcmp(s, "bf16") == 0) { *mask_p = 1u << FLX_BFLOAT16; return 0; }
+    return -1;
+}
+
+static int perf_parse_ops(const char *s, unsigned *mask_p)
+{
+    if (strcmp(s, "all") == 0) {
+        *mask_p = (1u << FLX_OP_COUNT) - 1;
+        return 0;
+    }
+    for (int o = 0; o < FLX_OP_COUNT; o++) {
+        if (strcmp(s, flx_op_name((flx_op_t)o)) == 0) {
+            *mask_p = 1u << o;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int perf_parse_algo(const char *s, flx_algo_t *algo_p)
+{
+    for (int a = 0; a < FLX_ALGO_COUNT; a++) {
+        if (strcmp(s, flx_algo_name((flx_algo_t)a)) == 0) {
+            *algo_p = (flx_algo_t)a;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int perf_parse_int_arg(const char *s, long min, long max, int *out_p)
+{
+    long v;
+
+    if (flx_parse_int(s, min, max, &v) != 0)
+        return -1;
+    *out_p = (int)v;
+    return 0;
+}
+
+int perf_args_parse(perf_args_t *args, const char *prog, const char *accept,
+                    int quiet, int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"minbytes", required_argument, NULL, 'b'},
+        {"maxbytes", required_argument, NULL, 'e'},
+        {"stepfactor", required_argument, NULL, 'f'},
+        {"stepbytes", required_argument, NULL, 'i'},
+        {"iters", required_argument, NULL, 'n'},
+        {"warmup_iters", required_argument, NULL, 'w'},
+        {"check", required_argument, NULL, 'c'},
+        {"datatype", required_argument, NULL, 'd'},
+        {"op", required_argument, NULL, 'o'},
+        {"algo", required_argument, NULL, 'a'},
+        {"root", required_argument, NULL, 'r'},
+        {"blocking", required_argument, NULL, 'z'},
+        {"csv", required_argument, NULL, 'C'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    char optstring[64];
+    size_t len = 0;
+    const char *what = NULL;
+    int c, f;
+
+    /* ':' first: a missing argument returns ':' instead of printing. */
+    optstring[len++] = ':';
+    for (const char *p = accept; *p != '\0' && len + 3 < sizeof(optstring); p++) {
+        if (*p == 'C' || *p == 'h')
+            continue;
+        optstring[len++] = *p;
+        optstring[len++] = ':';
+    }
+    optstring[len++] = 'h';
+    optstring[len] = '\0';
+
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, optstring, longopts, NULL)) != -1) {
+        if (c == 'h') {
+            if (!quiet)
+                perf_usage(stdout, prog, accept);
+            return PERF_PARSE_HELP;
+        }
+        if (c == ':') {
+            if (!quiet)
+                fprintf(stderr, "%s: option '%s' needs a value\n", prog, argv[optind - 1]);
+            goto err_usage;
+        }
+        if (c == '?' || strchr(accept, c) == NULL) {
+            if (!quiet)
+                fprintf(stderr, "%s: unknown option '%s'\n", prog, argv[optind - 1]);
+            goto err_usage;
+        }
+        switch (c) {
+        case 'b':
+            what = "-b (a size such as 8, 4k, 1M)";
+            if (flx_parse_size(optarg, &args->min_bytes) != 0)
+                goto err_value;
+            break;
+        case 'e':
+            what = "-e (a size such as 8, 4k, 1M)";
+            if (flx_parse_size(optarg, &args->max_bytes) != 0)
+                goto err_value;
+            break;
+        case 'f':
+            what = "-f (an integer >= 1)";
+            if (perf_parse_int_arg(optarg, 1, 1 << 20, &f) != 0)
+                goto err_value;
+            args->step_factor = f == 1 ? 0 : (unsigned)f;
+            break;
+        case 'i':
+            what = "-i (a size > 0 such as 1M)";
+            if (flx_parse_size(optarg, &args->step_bytes) != 0 || args->step_bytes == 0)
+                goto err_value;
+            args->step_factor = 0;
+            break;
+        case 'n':
+            what = "-n (an integer >= 1)";
+            if (perf_parse_int_arg(optarg, 1, PERF_MAX_ITERS, &args->iters) != 0)
+                goto err_value;
+            break;
+        case 'w':
+            what = "-w (an integer >= 0)";
+            if (perf_parse_int_arg(optarg, 0, PERF_MAX_ITERS, &args->warmup) != 0)
+                goto err_value;
+            break;
+        case 'c':
+            what = "-c (0 or 1)";
+            if (perf_parse_int_arg(optarg, 0, 1, &args->check) != 0)
+                goto err_value;
+            break;
+        case 'z':
+            what = "-z (0 or 1)";
+            if (perf_parse_int_arg(optarg, 0, 1, &args->blocking) != 0)
+                goto err_value;
+            break;
+        case 'r':
+            what = "-r (a rank >= 0)";
+            if (perf_parse_int_arg(optarg, 0, 1 << 30, &args->root) != 0)
+                goto err_value;
+            break;
+        case 'd':
+            what = "-d (float, double, half, bfloat16, int32, int64 or all)";
+            if (perf_parse_dtypes(optarg, &args->dtypes) != 0)
+                goto err_value;
+            break;
+        case 'o':
+            what = "-o (sum, prod, min, max, avg or all)";
+            if (perf_parse_ops(optarg, &args->ops) != 0)
+                goto err_value;
+            break;
+        case 'a':
+            what = "-a (auto, ring, tree or rd)";
+            if (perf_parse_algo(optarg, &args->algo) != 0)
+                goto err_value;
+            break;
+        case 'C':
+            what = "--csv (a file name)";
+            if (optarg[0] == '\0')
+                goto err_value;
+            args->csv_path = optarg;
+            break;
+        default:
+            goto err_usage;
+        }
+    }
+    if (optind < argc) {
+        if (!quiet)
+            fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
+        goto err_usage;
+    }
+    if (args->min_bytes > args->max_bytes) {
+        if (!quiet)
+            fprintf(stderr, "%s: minbytes (%zu) is larger than maxbytes (%zu)\n", prog,
+                    args->min_bytes, args->max_bytes);
+        goto err_usage;
+    }
+    if (args->min_bytes == 0 && args->step_factor != 0) {
+        if (!quiet)
+            fprintf(stderr, "%s: minbytes 0 needs -i stepbytes (a factor never leaves 0)\n",
+                    prog);
+        goto err_usage;
+    }
+    return 0;
+
+err_value:
+    if (!quiet)
+        fprintf(stderr, "%s: invalid value '%s' for %s\n", prog, optarg, what);
+err_usage:
+    if (!quiet)
+        fprintf(stderr, "Try '%s -h' for the options.\n", prog);
+    return PERF_PARSE_ERROR;
+}
+
+size_t perf_next_size(const perf_args_t *args, size_t size)
+{
+    size_t next;
+
+    if (args->step_factor >= 2) {
+        if (size > SIZE_MAX / args->step_factor)
+            return 0;
+        next = size * args->step_factor;
+    } else {
+        if (size > SIZE_MAX - args->step_bytes)
+            return 0;
+        next = size + args->step_bytes;
+    }
+    return next > args->max_bytes ? 0 : next;
+}
+
+void perf_format_us(char *buf, size_t len, double us)
+{
+    if (us >= 10000.0)
+        snprintf(buf, len, "%7.0f", us);
+    else if (us >= 100.0)
+        snprintf(buf, len, "%7.1f", us);
+    else
+        snprintf(buf, len, "%7.2f", us);
+}
+
+int perf_env_nonzero_rank(void)
+{
+    /* Only to print argument errors once: the communicator is not there yet.
+     * Same variables the bootstrap reads (DESIGN.md). */
+    static const char *const names[] = {"FLX_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+                                        "SLURM_PROCID"};
+
+    for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+        const char *v = getenv(names[k]);
+
+        if (v != NULL && v[0] != '\0')
+            return strcmp(v, "0") != 0;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Deterministic data                                                      */
+/* ---------------------------------------------------------------------- */
+
+static int perf_dtype_is_float(flx_dtype_t dtype)
+{
+    return dtype == FLX_FLOAT32 || dtype == FLX_FLOAT64 || dtype == FLX_FLOAT16 ||
+           dtype == FLX_BFLOAT16;
+}
+
+/* Inputs lie in [-range/2, range/2) before scaling; see perf.h for why. */
+static unsigned perf_input_range(flx_dtype_t dtype)
+{
+    switch (dtype) {
+    case FLX_FLOAT16: return 16;
+    case FLX_BFLOAT16: return 8;
+    default: return 256;
+    }
+}
+
+/* A cheap integer hash of (rank, i), so that neighbouring elements and ranks
+ * differ and a misplaced block is caught. */
+static uint32_t perf_mix(int rank, size_t i)
+{
+    uint32_t h = (uint32_t)i * 2654435761u;
+
+    h ^= ((uint32_t)rank + 1u) * 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return h;
+}
+
+int64_t perf_input_int(flx_dtype_t dtype, flx_op_t op, int rank, size_t i)
+{
+    uint32_t h = perf_mix(rank, i);
+    unsigned range;
+
+    if (op == FLX_PROD) {
+        switch (h & 3u) {
+        case 0: return 2;
+        case 1: return -1;
+        default: return 1;
+        }
+    }
+    range = perf_input_range(dtype);
+    return (int64_t)(h % range) - (int64_t)(range / 2);
+}
+
+static double perf_input_scale(flx_op_t op)
+{
+    return op == FLX_PROD ? 1.0 : 0.125;
+}
+
+/* Encode a floating value into element dst of a floating dtype. */
+static void perf_encode_float(void *dst, flx_dtype_t dtype, double v)
+{
+    float f = (float)v;
+    uint16_t h;
+
+    switch (dtype) {
+    case FLX_FLOAT32: memcpy(dst, &f, sizeof(f)); break;
+    case FLX_FLOAT64: memcpy(dst, &v, sizeof(v)); break;
+    case FLX_FLOAT16: h = flx_float_to_half(f); memcpy(dst, &h, sizeof(h)); break;
+    case FLX_BFLOAT16: h = flx_float_to_bf16(f); memcpy(dst, &h, sizeof(h)); break;
+    default: break;
+    }
+}
+
+/* Encode an integer (two's complement, truncated) into an integer dtype. */
+static void perf_encode_int(void *dst, flx_dtype_t dtype, int64_t v)
+{
+    int32_t v32 = (int32_t)(uint32_t)(uint64_t)v;
+
+    if (dtype == FLX_INT32)
+        memcpy(dst, &v32, sizeof(v32));
+    else
+        memcpy(dst, &v, sizeof(v));
+}
+
+/* Element i of rank's input, encoded into dst. */
+static void perf_encode_input(void *dst, flx_dtype_t dtype, flx_op_t op, int rank, size_t i)
+{
+    int64_t n = perf_input_int(dtype, op, rank, i);
+
+    if (perf_dtype_is_float(dtype))
+        perf_encode_float(dst, dtype, (double)n * perf_input_scale(op));
+    else
+        perf_encode_int(dst, dtype, n);
+}
+
+void perf_fill_input(void *buf, size_t count, flx_dtype_t dtype, flx_op_t op, int rank)
+{
+    size_t es = flx_dtype_size(dtype);
+    char *p = buf;
+
+    for (size_t i = 0; i < count; i++)
+        perf_encode_input(p + i * es, dtype, op, rank, i);
+}
+
+void perf_poison(void *buf, size_t bytes)
+{
+    memset(buf, 0xa5, bytes);
+}
+
+uint64_t perf_count_wrong_input(const void *buf, size_t count, flx_dtype_t dtype,
+                                flx_op_t op, int rank)
+{
+    size_t es = flx_dtype_size(dtype);
+    const char *p = buf;
+    uint64_t wrong = 0;
+    char want[8];
+
+    for (size_t i = 0; i < count; i++) {
+        perf_encode_input(want, dtype, op, rank, i);
+        wrong += memcmp(want, p + i * es, es) != 0;
+    }
+    return wrong;
+}
+
+/* The expected reduction of element i, encoded into dst.  Floating inputs
+ * are exact in double and so is every combination of them; FLX_AVG divides
+ * the (exact) sum once, in the element type, as flx_reduce_finish does. */
+static void perf_encode_reduced(void *dst, flx_dtype_t dtype, flx_op_t op, int nranks,
+                                size_t i)
+{
+    if (perf_dtype_is_float(dtype)) {
+        double scale = perf_input_scale(op);
+        double acc = (double)perf_input_int(dtype, op, 0, i) * scale;
+
+        for (int r = 1; r < nranks; r++) {
+            double v = (double)perf_input_int(dtype, op, r, i) * scale;
+
+            switch (op) {
+            case FLX_PROD: acc *= v; break;
+            case FLX_MIN: acc = v < acc ? v : acc; break;
+            case FLX_MAX: acc = v > acc ? v : acc; break;
+            default: acc += v; break;
+            }
+        }
+        if (op == FLX_AVG && nranks > 1) {
+            if (dtype == FLX_FLOAT64)
+                acc /= nranks;
+            else
+                acc = (double)((float)acc / (float)nranks);
+        }
+        perf_encode_float(dst, dtype, acc);
+    } else {
+        uint64_t acc = (uint64_t)perf_input_int(dtype, op, 0, i);
+
+        for (int r = 1; r < nranks; r++) {
+            int64_t v = perf_input_int(dtype, op, r, i);
+
+            switch (op) {
+            case FLX_PROD: acc *= (uint64_t)v; break;
+            case FLX_MIN: acc = v < (int64_t)acc ? (uint64_t)v : acc; break;
+            case FLX_MAX: acc = v > (int64_t)acc ? (uint64_t)v : acc; break;
+            default: acc += (uint64_t)v; break;
+            }
+        }
+        if (op == FLX_AVG && nranks > 1) {
+            /* the sum is small, so it fits either type; C division, like the
+             * library's flx_reduce_finish */
+            if (dtype == FLX_INT32)
+                acc = (uint64_t)(int64_t)((int32_t)(int64_t)acc / nranks);
+            else
+                acc = (uint64_t)((int64_t)acc / nranks);
+        }
+        perf_encode_int(dst, dtype, (int64_t)acc);
+    }
+}
+
+uint64_t perf_count_wrong_reduce(const void *buf, size_t count, flx_dtype_t dtype,
+                                 flx_op_t op, int nranks)
+{
+    size_t es = flx_dtype_size(dtype);
+    const char *p = buf;
+    uint64_t wrong = 0;
+    char want[8];
+
+    for (size_t i = 0; i < count; i++) {
+        perf_encode_reduced(want, dtype, op, nranks, i);
+        wrong += memcmp(want, p + i * es, es) != 0;
+    }
+    return wrong;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Engine                                                                  */
+/* ---------------------------------------------------------------------- */
+
+typedef struct {
+    const perf_coll_t *coll;
+    perf_args_t args;
+    flx_comm_h comm;
+    int rank;
+    int nranks;
+    int blocking;          /* effective -z (1 where the tool has no i-form) */
+    void *sendbuf;
+    void *recvbuf;
+    double *times;         /* iters per-iteration times, then the mean      */
+    double *times_max;     /* the same, max over ranks                      */
+    flx_request_h *reqs;   /* iters requests (non-blocking mode)            */
+    FILE *csv;
+    double bw_sum;         /* for "Avg bus bandwidth"                       */
+    long bw_count;
+    long wrong_rows;       /* measurements with wrong elements              */
+} perf_engine_t;
+
+typedef struct {
+    double mean_s;
+    double min_s;
+    double p50_s;
+    double p99_s;
+    double algbw;
+    double busbw;
+    int64_t wrong; /* -1: not checked */
+} perf_result_t;
+
+/* Options every collective tool takes. */
+#define PERF_COLL_ACCEPT "befinwcdoarzC"
+
+static int perf_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile of sorted v[0..n). */
+static double perf_percentile(const double *v, int n, double p)
+{
+    long k = (long)ceil(p * n) - 1;
+
+    if (k < 0)
+        k = 0;
+    if (k >= n)
+        k = n - 1;
+    return v[k];
+}
+
+static const char *perf_algo_label(const perf_engine_t *eng, const perf_case_t *c)
+{
+    if (!(eng->coll->flags & PERF_COLL_USES_ALGO))
+        return "-";
+    if (eng->args.algo == FLX_ALGO_AUTO && (eng->coll->flags & PERF_COLL_ALLREDUCE))
+        return flx_algo_name(flx_allreduce_algo(eng->comm, c->count, c->dtype));
+    return flx_algo_name(eng->args.algo);
+}
+
+/* Run n calls of c, recording per-iteration times into times (may be NULL).
+ * Blocking: each call timed on its own.  Non-blocking: all n issued, then
+ * waited in order; an iteration's time is the interval between completions. */
+static flx_status_t perf_run_iters(perf_engine_t *eng, const perf_case_t *c, int n,
+                                   double *times)
+{
+    const perf_coll_t *coll = eng->coll;
+    flx_status_t st = FLX_OK, wst;
+    double t, prev = flx_time_now();
+    int issued;
+
+    if (eng->blocking) {
+        for (int it = 0; it < n; it++) {
+            st = coll->start(c, NULL);
+            if (st != FLX_OK)
+                return st;
+            t = flx_time_now();
+            if (times != NULL)
+                times[it] = t - prev;
+            prev = t;
+        }
+        return FLX_OK;
+    }
+    for (issued = 0; issued < n; issued++) {
+        st = coll->start(c, &eng->reqs[issued]);
+        if (st < 0)
+            break;
+        st = FLX_OK;
+    }
+    for (int it = 0; it < issued; it++) {
+        wst = flx_wait(eng->reqs[it]);
+        if (wst != FLX_OK && st == FLX_OK)
+            st = wst;
+        t = flx_time_now();
+        if (times != NULL)
+            times[it] = t - prev;
+        prev = t;
+    }
+    return st;
+}
+
+/* Warm up, time, and check one placement of one size. */
+static flx_status_t perf_run_case(perf_engine_t *eng, perf_case_t *c, perf_result_t *res)
+{
+    const perf_coll_t *coll = eng->coll;
+    int n = eng->args.iters;
+    flx_status_t st;
+    int64_t wrong_local, wrong_all;
+    double t0;
+
+    coll->fill(c);
+    if (eng->args.warmup > 0) {
+        st = perf_run_iters(eng, c, eng->args.warmup, NULL);
+        if (st != FLX_OK)
+            return st;
+    }
+    st = flx_barrier(eng->comm);
+    if (st != FLX_OK)
+        return st;
+
+    t0 = flx_time_now();
+    st = perf_run_iters(eng, c, n, eng->times);
+    if (st != FLX_OK)
+        return st;
+    eng->times[n] = (flx_time_now() - t0) / n;
+
+    st = flx_allreduce(eng->comm, eng->times, eng->times_max, (size_t)n + 1, FLX_FLOAT64,
+                       FLX_MAX, FLX_ALGO_AUTO);
+    if (st != FLX_OK)
+        return st;
+    res->mean_s = eng->times_max[n];
+    qsort(eng->times_max, (size_t)n, sizeof(double), perf_cmp_double);
+    res->min_s = eng->times_max[0];
+    res->p50_s = perf_percentile(eng->times_max, n, 0.50);
+    res->p99_s = perf_percentile(eng->times_max, n, 0.99);
+    res->algbw = res->mean_s > 0 ? (double)c->recv_bytes / 1.0e9 / res->mean_s : 0.0;
+    res->busbw = res->algbw * coll->bus_factor(c->nranks);
+    res->wrong = -1;
+
+    if (eng->args.check) {
+        coll->fill(c);
+        st = perf_run_iters(eng, c, 1, NULL);
+        if (st != FLX_OK)
+            return st;
+        wrong_local = (int64_t)coll->check(c);
+        st = flx_allreduce(eng->comm, &wrong_local, &wrong_all, 1, FLX_INT64, FLX_SUM,
+                           FLX_ALGO_AUTO);
+        if (st != FLX_OK)
+            return st;
+        res->wrong = wrong_all;
+    }
+    return FLX_OK;
+}
+
+static void perf_csv_header(perf_engine_t *eng)
+{
+    fprintf(eng->csv, "tool,coll,nranks,net,size,count,type,redop,root,algo,placement,"
+                      "blocking,iters,warmup,time_us,algbw_gbs,busbw_gbs,wrong,"
+                      "min_us,p50_us,p99_us\n");
+}
+
+static void perf_csv_row(perf_engine_t *eng, const perf_case_t *c, const char *redop,
+                         int root, const perf_result_t *res)
+{
+    fprintf(eng->csv, "%s,%s,%d,%s,%zu,%zu,%s,%s,%d,%s,%s,%d,%d,%d,%.3f,%.6f,%.6f,%lld,"
+                      "%.3f,%.3f,%.3f\n",
+            eng->coll->name, eng->coll->coll_name, eng->nranks,
+            flx_comm_net_name(eng->comm), c->recv_bytes, c->count,
+            flx_dtype_name(c->dtype), redop, root, perf_algo_label(eng, c),
+            c->in_place ? "in-place" : "out-of-place", eng->blocking, eng->args.iters,
+            eng->args.warmup, res->mean_s * 1e6, res->algbw, res->busbw,
+            (long long)res->wrong, res->min_s * 1e6, res->p50_s * 1e6, res->p99_s * 1e6);
+}
+
+/* Append one placement's "  time  algbw  busbw  #wrong" to row. */
+static void perf_format_result(char *row, size_t len, const perf_result_t *res)
+{
+    size_t used = strlen(row);
+    char t[32], w[32];
+
+    perf_format_us(t, sizeof(t), res->mean_s * 1e6);
+    if (res->wrong < 0)
+        snprintf(w, sizeof(w), "%5s", "N/A");
+    else
+        snprintf(w, sizeof(w), "%5lld", (long long)res->wrong);
+    snprintf(row + used, len - used, "  %7s  %6.2f  %6.2f  %5s", t, res->algbw, res->busbw, w);
+}
+
+static void perf_print_columns(void)
+{
+    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       "
+           "in-place            out-of-place iterations\n",
+           "", "", "", "", "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s  %7s  %7s  %7s\n",
+           "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+           "algbw", "busbw", "#wrong", "min", "p50", "p99");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s  %7s  %7s  %7s\n",
+           "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+           "(GB/s)", "", "(us)", "(us)", "(us)");
+}
+
+/* The sweep over sizes for one (type, op). */
+static flx_status_t perf_sweep(perf_engine_t *eng, flx_dtype_t dtype, flx_op_t op)
+{
+    const perf_coll_t *coll = eng->coll;
+    size_t es = flx_dtype_size(dtype);
+    int uses_op = (coll->flags & PERF_COLL_USES_OP) != 0;
+    int root = (coll->flags & PERF_COLL_USES_ROOT) ? eng->args.root : -1;
+    const char *redop = uses_op ? flx_op_name(op) : "none";
+    perf_result_t res[2];
+    perf_case_t c;
+    char row[512], s1[32], s2[32], s3[32];
+    flx_status_t st;
+
+    for (size_t size = eng->args.min_bytes, next;; size = next) {
+        memset(&c, 0, sizeof(c));
+        c.comm = eng->comm;
+        c.rank = eng->rank;
+        c.nranks = eng->nranks;
+        c.dtype = dtype;
+        c.op = op;
+        c.algo = eng->args.algo;
+        c.root = eng->args.root;
+        c.sendbuf = eng->sendbuf;
+        c.recvbuf = eng->recvbuf;
+        coll->counts(size, es, eng->nranks, &c.count, &c.send_bytes, &c.recv_bytes);
+        if (c.count != 0) {
+            for (int ip = 0; ip < 2; ip++) {
+                c.in_place = ip;
+                st = perf_run_case(eng, &c, &res[ip]);
+                if (st != FLX_OK) {
+                    fprintf(stderr, "%s: rank %d: %s of %zu bytes (%s, %s, %s): %s\n",
+                            coll->name, eng->rank, coll->coll_name, c.recv_bytes,
+                            flx_dtype_name(dtype), redop, ip ? "in-place" : "out-of-place",
+                            flx_status_string(st));
+                    return st;
+                }
+                eng->bw_sum += res[ip].busbw;
+                eng->bw_count++;
+                eng->wrong_rows += res[ip].wrong > 0;
+            }
+            if (eng->rank == 0) {
+                snprintf(row, sizeof(row), "%12zu  %12zu  %8s  %6s  %6d", c.recv_bytes, c.count,
+                         flx_dtype_name(dtype), redop, root);
+                perf_format_result(row, sizeof(row), &res[0]);
+                perf_format_result(row, sizeof(row), &res[1]);
+                perf_format_us(s1, sizeof(s1), res[0].min_s * 1e6);
+                perf_format_us(s2, sizeof(s2), res[0].p50_s * 1e6);
+                perf_format_us(s3, sizeof(s3), res[0].p99_s * 1e6);
+                printf("%s  %7s  %7s  %7s\n", row, s1, s2, s3);
+                if (eng->csv != NULL) {
+                    c.in_place = 0;
+                    perf_csv_row(eng, &c, redop, root, &res[0]);
+                    c.in_place = 1;
+                    perf_csv_row(eng, &c, redop, root, &res[1]);
+                    fflush(eng->csv);
+                }
+            }
+        }
+        next = perf_next_size(&eng->args, size);
+        if (next <= size) /* 0: the sweep is over */
+            break;
+    }
+    return FLX_OK;
+}
+
+/* Rank 0 prints the header; every rank takes part in gathering the pids. */
+static flx_status_t perf_print_header(perf_engine_t *eng)
+{
+    struct {
+        int32_t pid;
+        char host[PERF_HOST_LEN];
+        char pad[4];
+    } me, *all;
+    const perf_args_t *a = &eng->args;
+    const perf_coll_t *coll = eng->coll;
+    flx_link_model_t model;
+    flx_status_t st;
+    char step[64];
+
+    _Static_assert(sizeof(me) % 4 == 0, "rank info is a whole number of int32");
+    all = calloc((size_t)eng->nranks, sizeof(me));
+    if (all == NULL)
+        return FLX_ERR_NO_MEMORY;
+    memset(&me, 0, sizeof(me));
+    me.pid = (int32_t)getpid();
+    if (gethostname(me.host, sizeof(me.host) - 1) != 0)
+        snprintf(me.host, sizeof(me.host), "?");
+    st = flx_allgather(eng->comm, &me, all, sizeof(me) / 4, FLX_INT32, FLX_ALGO_AUTO);
+    if (st != FLX_OK)
+        goto out_free;
+    if (eng->rank != 0)
+        goto out_free;
+
+    if (a->step_factor >= 2)
+        snprintf(step, sizeof(step), "%u(factor)", a->step_factor);
+    else
+        snprintf(step, sizeof(step), "%zu(bytes)", a->step_bytes);
+    printf("# Collective test starting: %s\n", coll->name);
+    printf("# nRanks %d net %s minBytes %zu maxBytes %zu step: %s warmup iters: %d "
+           "iters: %d validation: %d blocking: %d algo: %s\n",
+           eng->nranks, flx_comm_net_name(eng->comm), a->min_bytes, a->max_bytes, step,
+           a->warmup, a->iters, a->check, eng->blocking,
+           (coll->flags & PERF_COLL_USES_ALGO) ? flx_algo_name(a->algo) : "n/a");
+    printf("#\n# flexcoll %s (%s)", flx_version_string(), flx_build_features());
+    if (flx_comm_link_model(eng->comm, &model) == FLX_OK)
+        printf(", link model: alpha %.2f us, beta %.3f GB/s", model.alpha_s * 1e6,
+               model.beta_bytes_per_s / 1e9);
+    printf("\n#\n# Using ranks\n");
+    for (int r = 0; r < eng->nranks; r++)
+        printf("#  Rank %2d Pid %7d on %10s\n", r, (int)all[r].pid, all[r].host);
+    printf("#\n");
+    printf("# time  : mean time per iteration of the slowest rank (FLX_MAX over ranks)\n");
+    printf("# algbw : size / time, GB/s = 1e9 B/s; busbw = %s\n", coll->busbw_doc);
+    printf("# min, p50, p99 : per-iteration times of the out-of-place run, each iteration\n"
+           "#   the slowest rank's, nearest-rank percentiles over the %d iterations (us)\n",
+           a->iters);
+    if (!eng->blocking)
+        printf("# non-blocking: all iterations issued, then flx_wait in order; an iteration's\n"
+               "#   time is the interval between two completions\n");
+    else if (!a->blocking)
+        printf("# -z 0 ignored: %s has no non-blocking form\n", coll->coll_name);
+    if ((coll->flags & PERF_COLL_USES_ALGO) && a->algo == FLX_ALGO_AUTO &&
+        (coll->flags & PERF_COLL_ALLREDUCE))
+        printf("# algo auto: chosen per call (the --csv 'algo' column shows the choice)\n");
+    if (a->check)
+        printf("# #wrong: elements differing from the exact expected value, summed over ranks "
+               "(untimed pass)\n");
+    if (a->csv_path != NULL)
+        printf("#\n# Writing results to file: %s\n", a->csv_path);
+    printf("#\n");
+    perf_print_columns();
+
+out_free:
+    free(all);
+    return st;
+}
+
+/* Allocate everything; returns 0, or PERF_EXIT_* agreed by all ranks. */
+static int perf_engine_setup(perf_engine_t *eng)
+{
+    const perf_coll_t *coll = eng->coll;
+    size_t send_cap = 0, recv_cap = 0, count, sb, rb;
+    int32_t fail = 0, fail_all = 0;
+    flx_status_t st;
+    int n = eng->args.iters;
+
+    eng->rank = flx_comm_rank(eng->comm);
+    eng->nranks = flx_comm_size(eng->comm);
+    eng->blocking = eng->args.blocking || !(coll->flags & PERF_COLL_NONBLOCKING);
+
+    if ((coll->flags & PERF_COLL_USES_ROOT) && eng->args.root >= eng->nranks) {
+        if (eng->rank == 0)
+            fprintf(stderr, "%s: root %d out of range for %d ranks\n", coll->name,
+                    eng->args.root, eng->nranks);
+        return PERF_EXIT_USAGE;
+    }
+
+    for (int d = 0; d < FLX_DTYPE_COUNT; d++) {
+        if (!(eng->args.dtypes & (1u << d)))
+            continue;
+        coll->counts(eng->args.max_bytes, flx_dtype_size((flx_dtype_t)d), eng->nranks, &count,
+                     &sb, &rb);
+        send_cap = sb > send_cap ? sb : send_cap;
+        recv_cap = rb > recv_cap ? rb : recv_cap;
+    }
+    if (posix_memalign(&eng->sendbuf, 4096, send_cap ? send_cap : 64) != 0 ||
+        posix_memalign(&eng->recvbuf, 4096, recv_cap ? recv_cap : 64) != 0) {
+        fprintf(stderr, "%s: rank %d: cannot allocate %zu + %zu bytes of buffers\n",
+                coll->name, eng->rank, send_cap, recv_cap);
+        fail = PERF_EXIT_FAIL;
+    } else {
+        /* fault the pages in before anything is timed */
+        memset(eng->sendbuf, 0, send_cap ? send_cap : 64);
+        memset(eng->recvbuf, 0, recv_cap ? recv_cap : 64);
+    }
+    eng->times = calloc((size_t)n + 1, sizeof(double));
+    eng->times_max = calloc((size_t)n + 1, sizeof(double));
+    eng->reqs = calloc((size_t)n + (size_t)eng->args.warmup + 1, sizeof(flx_request_h));
+    if (fail == 0 && (eng->times == NULL || eng->times_max == NULL || eng->reqs == NULL)) {
+        fprintf(stderr, "%s: rank %d: out of memory\n", coll->name, eng->rank);
+        fail = PERF_EXIT_FAIL;
+    }
+    if (fail == 0 && eng->rank == 0 && eng->args.csv_path != NULL) {
+        eng->csv = fopen(eng->args.csv_path, "w");
+        if (eng->csv == NULL) {
+            fprintf(stderr, "%s: cannot open %s for writing: %m\n", coll->name,
+                    eng->args.csv_path);
+            fail = PERF_EXIT_USAGE;
+        } else {
+            perf_csv_header(eng);
+        }
+    }
+
+    /* every rank leaves together */
+    st = flx_allreduce(eng->comm, &fail, &fail_all, 1, FLX_INT32, FLX_MAX, FLX_ALGO_AUTO);
+    if (st != FLX_OK) {
+        fprintf(stderr, "%s: rank %d: flx_allreduce (setup): %s\n", coll->name, eng->rank,
+                flx_status_string(st));
+        return PERF_EXIT_FAIL;
+    }
+    return fail_all;
+}
+
+static void perf_engine_teardown(perf_engine_t *eng)
+{
+    if (eng->csv != NULL && fclose(eng->csv) != 0)
+        fprintf(stderr, "%s: writing %s: %m\n", eng->coll->name, eng->args.csv_path);
+    eng->csv = NULL;
+    free(eng->reqs);
+    free(eng->times_max);
+    free(eng->times);
+    free(eng->recvbuf);
+    free(eng->sendbuf);
+}
+
+int perf_main(const perf_coll_t *coll, int argc, char **argv)
+{
+    perf_engine_t eng;
+    flx_status_t st;
+    int rc;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    memset(&eng, 0, sizeof(eng));
+    eng.coll = coll;
+    perf_args_default(&eng.args);
+    rc = perf_args_parse(&eng.args, coll->name, PERF_COLL_ACCEPT, perf_env_nonzero_rank(),
+                         argc, argv);
+    if (rc == PERF_PARSE_HELP)
+        return PERF_EXIT_OK;
+    if (rc != 0)
+        return PERF_EXIT_USAGE;
+
+    st = flx_comm_create(NULL, &eng.comm);
+    if (st != FLX_OK) {
+        fprintf(stderr, "%s: flx_comm_create: %s\n", coll->name, flx_status_string(st));
+        return PERF_EXIT_FAIL;
+    }
+
+    rc = perf_engine_setup(&eng);
+    if (rc != 0)
+        goto out_teardown;
+
+    st = perf_print_header(&eng);
+    if (st != FLX_OK) {
+        fprintf(stderr, "%s: rank %d: gathering rank information: %s\n", coll->name, eng.rank,
+                flx_status_string(st));
+        rc = PERF_EXIT_FAIL;
+        goto out_teardown;
+    }
+
+    for (int d = 0; d < FLX_DTYPE_COUNT && rc == 0; d++) {
+        if (!(eng.args.dtypes & (1u << d)))
+            continue;
+        for (int o = 0; o < FLX_OP_COUNT && rc == 0; o++) {
+            if ((coll->flags & PERF_COLL_USES_OP) ? !(eng.args.ops & (1u << o)) : o != 0)
+                continue;
+            st = perf_sweep(&eng, (flx_dtype_t)d, (flx_op_t)o);
+            if (st != FLX_OK)
+                rc = PERF_EXIT_FAIL;
+        }
+    }
+
+    if (rc == 0 && eng.rank == 0) {
+        printf("# Out of bounds values : %ld %s\n", eng.wrong_rows,
+               eng.wrong_rows ? "FAILED" : "OK");
+        printf("# Avg bus bandwidth    : %g \n",
+               eng.bw_count ? eng.bw_sum / (double)eng.bw_count : 0.0);
+        printf("#\n# Collective test concluded: %s\n", coll->name);
+    }
+    if (rc == 0 && eng.wrong_rows != 0)
+        rc = PERF_EXIT_FAIL;
+
+out_teardown:
+    perf_engine_teardown(&eng);
+    st = flx_comm_destroy(eng.comm);
+    if (st != FLX_OK && rc == 0) {
+        fprintf(stderr, "%s: flx_comm_destroy: %s\n", coll->name, flx_status_string(st));
+        rc = PERF_EXIT_FAIL;
+    }
+    return rc;
+}

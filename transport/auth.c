@@ -1,0 +1,122 @@
+/* auth.c -- challenge-response handshake (see auth.h for the exchange). */
+#include "transport/auth.h"
+#include "transport/sock.h"
+
+#include <arpa/inet.h>
+#include <sodium.h>
+#include <string.h>
+
+void auth_key_derive(const char *secret, auth_key_t *key_p)
+{
+    static const char context[] = "flexcoll job secret v1";
+
+    crypto_generichash(key_p->bytes, sizeof(key_p->bytes), (const uint8_t *)secret,
+                       strlen(secret), (const uint8_t *)context, sizeof(context) - 1);
+}
+
+static void put32(uint8_t *p, uint32_t v) { v = htonl(v); memcpy(p, &v, 4); }
+static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return ntohl(v); }
+
+void auth_hello_encode(const auth_hello_t *hello, uint8_t out[AUTH_HELLO_BYTES])
+{
+    put32(out, AUTH_MAGIC);
+    put32(out + 4, ((uint32_t)AUTH_VERSION << 16) | hello->purpose);
+    put32(out + 8, (uint32_t)hello->rank);
+    put32(out + 12, (uint32_t)hello->size);
+    memcpy(out + 16, hello->nonce, AUTH_NONCE_BYTES);
+}
+
+flx_status_t auth_hello_decode(const uint8_t in[AUTH_HELLO_BYTES], auth_hello_t *hello_p)
+{
+    uint32_t vp = get32(in + 4);
+    auth_hello_t h;
+
+    if (get32(in) != AUTH_MAGIC || (vp >> 16) != AUTH_VERSION)
+        return FLX_ERR_PROTOCOL;
+    h.purpose = (uint16_t)(vp & 0xffff);
+    if (h.purpose != AUTH_PURPOSE_BOOT && h.purpose != AUTH_PURPOSE_MESH)
+        return FLX_ERR_PROTOCOL;
+    h.rank = (int32_t)get32(in + 8);
+    h.size = (int32_t)get32(in + 12);
+    if (h.size < 1 || h.rank < 0 || h.rank >= h.size)
+        return FLX_ERR_PROTOCOL;
+    memcpy(h.nonce, in + 16, AUTH_NONCE_BYTES);
+    *hello_p = h;
+    return FLX_OK;
+}
+
+/* HMAC(key, role || hello || nonce) */
+static void auth_mac(const auth_key_t *key, char role, const uint8_t hello[AUTH_HELLO_BYTES],
+                     const uint8_t nonce[AUTH_NONCE_BYTES],
+                     uint8_t mac[crypto_auth_hmacsha256_BYTES])
+{
+    crypto_auth_hmacsha256_state st;
+
+    crypto_auth_hmacsha256_init(&st, key->bytes, sizeof(key->bytes));
+    crypto_auth_hmacsha256_update(&st, (const uint8_t *)&role, 1);
+    crypto_auth_hmacsha256_update(&st, hello, AUTH_HELLO_BYTES);
+    crypto_auth_hmacsha256_update(&st, nonce, AUTH_NONCE_BYTES);
+    crypto_auth_hmacsha256_final(&st, mac);
+}
+
+flx_status_t auth_connect(int fd, const auth_key_t *key, uint16_t purpose, int rank,
+                          int size, double deadline)
+{
+    uint8_t wire[AUTH_HELLO_BYTES];
+    uint8_t chal[AUTH_NONCE_BYTES + crypto_auth_hmacsha256_BYTES];
+    uint8_t mac[crypto_auth_hmacsha256_BYTES];
+    uint8_t verdict = 0;
+    auth_hello_t hello = {.purpose = purpose, .rank = rank, .size = size};
+    flx_status_t st;
+
+    randombytes_buf(hello.nonce, sizeof(hello.nonce));
+    auth_hello_encode(&hello, wire);
+    st = sock_send_all(fd, wire, sizeof(wire), deadline);
+    if (st == FLX_OK)
+        st = sock_recv_all(fd, chal, sizeof(chal), deadline);
+    if (st != FLX_OK)
+        return st == FLX_ERR_PEER_LOST ? FLX_ERR_AUTH : st;
+    auth_mac(key, 'A', wire, chal, mac);
+    if (sodium_memcmp(mac, chal + AUTH_NONCE_BYTES, sizeof(mac)) != 0)
+        return FLX_ERR_AUTH;
+    auth_mac(key, 'C', wire, chal, mac);
+    st = sock_send_all(fd, mac, sizeof(mac), deadline);
+    if (st == FLX_OK)
+        st = sock_recv_all(fd, &verdict, 1, deadline);
+    if (st == FLX_ERR_PEER_LOST || (st == FLX_OK && verdict != 1))
+        return FLX_ERR_AUTH;
+    return st;
+}
+
+flx_status_t auth_accept(int fd, const auth_key_t *key, double deadline,
+                         auth_hello_t *hello_p)
+{
+    uint8_t wire[AUTH_HELLO_BYTES];
+    uint8_t chal[AUTH_NONCE_BYTES + crypto_auth_hmacsha256_BYTES];
+    uint8_t mac[crypto_auth_hmacsha256_BYTES], proof[sizeof(mac)];
+    uint8_t verdict = 1;
+    auth_hello_t hello;
+    flx_status_t st;
+
+    st = sock_recv_all(fd, wire, sizeof(wire), deadline);
+    if (st != FLX_OK)
+        return st;
+    st = auth_hello_decode(wire, &hello);
+    if (st != FLX_OK)
+        return st;
+    randombytes_buf(chal, AUTH_NONCE_BYTES);
+    auth_mac(key, 'A', wire, chal, chal + AUTH_NONCE_BYTES);
+    st = sock_send_all(fd, chal, sizeof(chal), deadline);
+    if (st == FLX_OK)
+        st = sock_recv_all(fd, proof, sizeof(proof), deadline);
+    if (st != FLX_OK)
+        return st;
+    auth_mac(key, 'C', wire, chal, mac);
+    if (sodium_memcmp(mac, proof, sizeof(mac)) != 0)
+        return FLX_ERR_AUTH;
+    st = sock_send_all(fd, &verdict, 1, deadline);
+    if (st != FLX_OK)
+        return st;
+    *hello_p = hello;
+    return FLX_OK;
+}

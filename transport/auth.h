@@ -1,0 +1,51 @@
+/* auth.h -- mutual challenge-response authentication of a new connection
+ * with the job secret (HMAC-SHA-256, libsodium).  The secret never crosses
+ * the wire; both sides contribute a fresh nonce, so nothing can be replayed.
+ *
+ *   connector                                   acceptor
+ *   HELLO{magic,version,purpose,rank,size,Nc} ->
+ *                                            <- CHAL{Na, HMAC(k,"A"|HELLO|Na)}
+ *   PROOF{HMAC(k,"C"|HELLO|Na)}              ->
+ *                                            <- VERDICT{1}
+ */
+#ifndef FLX_TRANSPORT_AUTH_H
+#define FLX_TRANSPORT_AUTH_H
+
+#include "flexcoll.h"
+
+#include <stdint.h>
+
+#define AUTH_KEY_BYTES 32
+#define AUTH_NONCE_BYTES 32
+#define AUTH_HELLO_BYTES (16 + AUTH_NONCE_BYTES)
+#define AUTH_MAGIC 0x464c5842u /* "FLXB" */
+#define AUTH_VERSION 1
+
+enum { AUTH_PURPOSE_BOOT = 1, AUTH_PURPOSE_MESH = 2 };
+
+typedef struct {
+    uint8_t bytes[AUTH_KEY_BYTES];
+} auth_key_t;
+
+typedef struct {
+    uint16_t purpose;
+    int32_t rank;
+    int32_t size;
+    uint8_t nonce[AUTH_NONCE_BYTES];
+} auth_hello_t;
+
+/* The key is a hash of the secret string (any length). */
+void auth_key_derive(const char *secret, auth_key_t *key_p);
+/* Wire form of HELLO and its parser; the parser checks magic, version and
+ * purpose and returns FLX_ERR_PROTOCOL for anything else. */
+void auth_hello_encode(const auth_hello_t *hello, uint8_t out[AUTH_HELLO_BYTES]);
+flx_status_t auth_hello_decode(const uint8_t in[AUTH_HELLO_BYTES], auth_hello_t *hello_p);
+/* Run the connector's side on connected fd.  FLX_ERR_AUTH when the
+ * acceptor cannot prove the secret or refuses ours. */
+flx_status_t auth_connect(int fd, const auth_key_t *key, uint16_t purpose, int rank,
+                          int size, double deadline);
+/* Run the acceptor's side; hello_p tells who the peer claims to be. */
+flx_status_t auth_accept(int fd, const auth_key_t *key, double deadline,
+                         auth_hello_t *hello_p);
+
+#endif

@@ -1,0 +1,37 @@
+/* boot.h -- bootstrap: rendezvous at the root, authentication of every
+ * peer, and a full mesh of TCP connections that backends adopt.
+ *
+ *   ranks 1..N-1 --HELLO/auth, data address--> rank 0 (FLX_ROOT)
+ *   rank 0 --address table--> everyone
+ *   rank i --auth--> rank j for 0 < j < i; accepts from j > i
+ *
+ * Listening sockets are closed as soon as the mesh is complete.  A
+ * connection that fails the handshake is closed and logged; it does not
+ * disturb the job. */
+#ifndef FLX_TRANSPORT_BOOT_H
+#define FLX_TRANSPORT_BOOT_H
+
+#include "flexcoll.h"
+#include "common/config.h"
+#include "transport/auth.h"
+
+#include <netinet/in.h>
+
+typedef struct boot {
+    int rank;
+    int size;
+    int *fds;                     /* fds[peer]: authenticated socket, -1 for self */
+    struct sockaddr_in *addrs;    /* every rank's data address                 */
+    auth_key_t key;
+    flx_config_t cfg;
+} boot_t;
+
+/* Collective over all ranks; cfg gives root, secret and timeouts. */
+flx_status_t boot_create(int rank, int size, const char *root, const char *secret,
+                         const flx_config_t *cfg, boot_t **boot_p);
+/* Closes the sockets still owned by the bootstrap. */
+void boot_destroy(boot_t *boot);
+/* Hand the socket to peer over to the caller (who closes it). */
+int boot_take_fd(boot_t *boot, int peer);
+
+#endif

@@ -1,0 +1,557 @@
+/* tcp.c -- the tcp backend (see tcp.h). */
+#include "transport/tcp/tcp.h"
+#include "transport/boot.h"
+#include "transport/sock.h"
+#include "common/log.h"
+#include "common/time.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* Every length read from the wire is checked against the posted receive;
+ * an unexpected message may not exceed this. */
+#define TCP_MAX_UNEXPECTED ((uint64_t)1 << 36)
+
+static void req_finish(tl_req_t *req, flx_status_t st)
+{
+    req->status = st;
+    req->complete = 1;
+}
+
+static void hdr_from_tag(tcp_hdr_t *h, int type, const tl_tag_t *tag, size_t len)
+{
+    memset(h, 0, sizeof(*h));
+    h->magic = TCP_MAGIC;
+    h->type = (uint8_t)type;
+    if (tag) {
+        h->kind = tag->kind;
+        h->dtype = tag->dtype;
+        h->op = tag->op;
+        h->seq = tag->seq;
+        h->step = tag->step;
+        h->count = tag->count;
+    }
+    h->len = len;
+}
+
+static int hdr_sig_equal(const tcp_hdr_t *h, const tl_tag_t *t)
+{
+    return h->kind == t->kind && h->dtype == t->dtype && h->op == t->op &&
+           h->count == t->count;
+}
+
+/* ---- failure ------------------------------------------------------------ */
+
+static void conn_fail_all(tcp_conn_t *c, flx_status_t st)
+{
+    for (tl_req_t *r = c->sq_head; r; r = r->next)
+        req_finish(r, st);
+    for (tl_req_t *r = c->posted_head; r; r = r->next)
+        req_finish(r, st);
+    c->sq_head = c->sq_tail = NULL;
+    c->posted_head = c->posted_tail = NULL;
+    c->rreq = NULL;
+}
+
+static void tcp_fail(tl_ctx_t *ctx, flx_status_t st, const char *why)
+{
+    tcp_hdr_t h;
+
+    if (ctx->err != FLX_OK)
+        return;
+    ctx->err = st;
+    flx_debug(NET, ctx->rank, "transport failed (%s): %s", flx_status_name(st), why);
+    hdr_from_tag(&h, TCP_MSG_ERROR, NULL, 0);
+    h.status = st;
+    for (int p = 0; p < ctx->size; p++) {
+        tcp_conn_t *c = &ctx->conns[p];
+        if (c->fd < 0)
+            continue;
+        conn_fail_all(c, st);
+        /* best effort: tell the peer why, then cut the connection so that
+         * every rank notices at once instead of at its timeout */
+        if (c->sq_head == NULL && !c->eof)
+            (void)send(c->fd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
+        shutdown(c->fd, SHUT_RDWR);
+    }
+}
+
+static flx_status_t tcp_error(tl_ctx_t *ctx) { return ctx->err; }
+
+/* ---- sending ------------------------------------------------------------- */
+
+/* Write as much of the queue as the socket takes.  0 ok, -1 failed. */
+static int conn_send_progress(tl_ctx_t *ctx, tcp_conn_t *c)
+{
+    while (c->sq_head) {
+        tl_req_t *r = c->sq_head;
+        const size_t hlen = sizeof(tcp_hdr_t);
+        size_t total = hlen + r->len;
+        struct iovec iov[2];
+        int n = 0;
+        ssize_t w;
+
+        if (r->done_bytes < hlen) {
+            iov[n].iov_base = (char *)r->priv + r->done_bytes;
+            iov[n++].iov_len = hlen - r->done_bytes;
+            if (r->len) {
+                iov[n].iov_base = r->buf;
+                iov[n++].iov_len = r->len;
+            }
+        } else {
+            iov[n].iov_base = (char *)r->buf + (r->done_bytes - hlen);
+            iov[n++].iov_len = total - r->done_bytes;
+        }
+        w = writev(c->fd, iov, n);
+        if (w < 0) {
+            if (errno == EAGAIN || errno == EINTR)
+                return 0;
+            flx_error(NET, ctx->rank, "send to rank %d failed: %m", c->peer);
+            tcp_fail(ctx, sock_errno_status(errno), "send failed");
+            return -1;
+        }
+        r->done_bytes += (size_t)w;
+        if (r->done_bytes < total)
+            return 0;
+        c->sq_head = r->next;
+        if (c->sq_head == NULL)
+            c->sq_tail = NULL;
+        req_finish(r, FLX_OK);
+    }
+    return 0;
+}
+
+static flx_status_t tcp_isend(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, const void *buf,
+                              size_t len, tl_req_t *req)
+{
+    tcp_conn_t *c = &ctx->conns[peer];
+
+    _Static_assert(sizeof(tcp_hdr_t) <= sizeof(req->priv), "header fits the request");
+    memset(req, 0, sizeof(*req));
+    req->peer = peer;
+    req->is_send = 1;
+    req->tag = *tag;
+    req->buf = (void *)buf;
+    req->len = len;
+    if (ctx->err != FLX_OK) {
+        req_finish(req, ctx->err);
+        return ctx->err;
+    }
+    hdr_from_tag((tcp_hdr_t *)req->priv, TCP_MSG_DATA, tag, len);
+    if (c->sq_tail)
+        c->sq_tail->next = req;
+    else
+        c->sq_head = req;
+    c->sq_tail = req;
+    if (c->sq_head == req)
+        conn_send_progress(ctx, c); /* eager: most small messages leave here */
+    return FLX_OK;
+}
+
+/* ---- receiving ------------------------------------------------------------ */
+
+static flx_status_t mismatch(tl_ctx_t *ctx, tcp_conn_t *c, const tcp_hdr_t *h,
+                             const tl_tag_t *t)
+{
+    flx_error(NET, ctx->rank,
+              "collective #%u: rank %d called kind %u dtype %u op %u count %llu, "
+              "this rank kind %u dtype %u op %u count %llu",
+              t->seq, c->peer, h->kind, h->dtype, h->op, (unsigned long long)h->count,
+              t->kind, t->dtype, t->op, (unsigned long long)t->count);
+    tcp_fail(ctx, FLX_ERR_MISMATCH, "mismatched collective");
+    return FLX_ERR_MISMATCH;
+}
+
+static void unexp_remove(tcp_conn_t *c, tcp_unexp_t *u)
+{
+    tcp_unexp_t **pp = &c->unexp_head;
+    tcp_unexp_t *prev = NULL;
+
+    while (*pp && *pp != u) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (*pp == NULL)
+        return;
+    *pp = u->next;
+    if (c->unexp_tail == u)
+        c->unexp_tail = prev;
+}
+
+static flx_status_t tcp_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void *buf,
+                              size_t len, tl_req_t *req)
+{
+    tcp_conn_t *c = &ctx->conns[peer];
+
+    memset(req, 0, sizeof(*req));
+    req->peer = peer;
+    req->tag = *tag;
+    req->buf = buf;
+    req->len = len;
+    if (ctx->err != FLX_OK) {
+        req_finish(req, ctx->err);
+        return ctx->err;
+    }
+    for (tcp_unexp_t *u = c->unexp_head; u; u = u->next) {
+        if (u->hdr.seq != tag->seq || u->claimed)
+            continue;
+        if (!hdr_sig_equal(&u->hdr, tag))
+            return mismatch(ctx, c, &u->hdr, tag);
+        if (u->hdr.step != tag->step)
+            continue;
+        if (u->hdr.len != len) {
+            flx_error(NET, ctx->rank, "rank %d sent %llu bytes for collective #%u step %u, "
+                      "expected %zu", peer, (unsigned long long)u->hdr.len, tag->seq,
+                      tag->step, len);
+            tcp_fail(ctx, FLX_ERR_PROTOCOL, "length");
+            return FLX_ERR_PROTOCOL;
+        }
+        if (u->got < len) {   /* still arriving: finish when complete */
+            u->claimed = req;
+            return FLX_OK;
+        }
+        if (len)
+            memcpy(buf, u->buf, len);
+        unexp_remove(c, u);
+        free(u->buf);
+        free(u);
+        req_finish(req, FLX_OK);
+        return FLX_OK;
+    }
+    if (c->bye || c->eof) {
+        flx_error(NET, ctx->rank, "rank %d has left the job; collective #%u cannot complete",
+                  peer, tag->seq);
+        tcp_fail(ctx, FLX_ERR_PEER_LOST, "peer gone");
+        return FLX_ERR_PEER_LOST;
+    }
+    if (c->posted_tail)
+        c->posted_tail->next = req;
+    else
+        c->posted_head = req;
+    c->posted_tail = req;
+    return FLX_OK;
+}
+
+/* A complete header arrived: find where its payload goes. */
+static int conn_dispatch_header(tl_ctx_t *ctx, tcp_conn_t *c)
+{
+    tcp_hdr_t *h = &c->rhdr;
+    tl_req_t *prev = NULL;
+
+    if (h->magic != TCP_MAGIC) {
+        flx_error(NET, ctx->rank, "garbage from rank %d (bad magic 0x%08x)", c->peer,
+                  h->magic);
+        tcp_fail(ctx, FLX_ERR_PROTOCOL, "bad magic");
+        return -1;
+    }
+    if (h->type == TCP_MSG_BYE) {
+        c->bye = 1;
+        if (c->posted_head) {
+            flx_error(NET, ctx->rank, "rank %d left the job during collective #%u", c->peer,
+                      c->posted_head->tag.seq);
+            tcp_fail(ctx, FLX_ERR_PEER_LOST, "peer left");
+            return -1;
+        }
+        return 0;
+    }
+    if (h->type == TCP_MSG_ERROR) {
+        flx_status_t st = h->status == FLX_ERR_MISMATCH ? FLX_ERR_MISMATCH : FLX_ERR_PEER_LOST;
+        flx_error(NET, ctx->rank, "rank %d failed (%s); failing this rank too", c->peer,
+                  flx_status_string((flx_status_t)h->status));
+        tcp_fail(ctx, st, "peer failed");
+        return -1;
+    }
+    if (h->type != TCP_MSG_DATA) {
+        flx_error(NET, ctx->rank, "rank %d sent unknown message type %u", c->peer, h->type);
+        tcp_fail(ctx, FLX_ERR_PROTOCOL, "bad type");
+        return -1;
+    }
+    for (tl_req_t *r = c->posted_head; r; prev = r, r = r->next) {
+        if (r->tag.seq != h->seq)
+            continue;
+        if (!hdr_sig_equal(h, &r->tag)) {
+            mismatch(ctx, c, h, &r->tag);
+            return -1;
+        }
+        if (r->tag.step != h->step)
+            continue;
+        if (h->len != r->len) {
+            flx_error(NET, ctx->rank, "rank %d sent %llu bytes for collective #%u step %u, "
+                      "expected %zu", c->peer, (unsigned long long)h->len, h->seq, h->step,
+                      r->len);
+            tcp_fail(ctx, FLX_ERR_PROTOCOL, "length");
+            return -1;
+        }
+        if (prev)
+            prev->next = r->next;
+        else
+            c->posted_head = r->next;
+        if (c->posted_tail == r)
+            c->posted_tail = prev;
+        r->next = NULL;
+        c->rreq = r;
+        return 0;
+    }
+    /* messages from one peer arrive in order: a later collective's message
+     * while we still wait for an earlier one means the peer skipped it */
+    if (c->posted_head && (int32_t)(h->seq - c->posted_head->tag.seq) > 0) {
+        flx_error(NET, ctx->rank, "rank %d is already at collective #%u while this rank waits "
+                  "for its part of #%u (different call sequence on the two ranks)",
+                  c->peer, h->seq, c->posted_head->tag.seq);
+        tcp_fail(ctx, FLX_ERR_MISMATCH, "skipped collective");
+        return -1;
+    }
+    if (h->len > TCP_MAX_UNEXPECTED) {
+        flx_error(NET, ctx->rank, "rank %d announced an absurd message of %llu bytes", c->peer,
+                  (unsigned long long)h->len);
+        tcp_fail(ctx, FLX_ERR_PROTOCOL, "absurd length");
+        return -1;
+    }
+    c->runexp = calloc(1, sizeof(*c->runexp));
+    if (c->runexp)
+        c->runexp->buf = malloc(h->len ? h->len : 1);
+    if (c->runexp == NULL || c->runexp->buf == NULL) {
+        flx_error(NET, ctx->rank, "no memory for an early message of %llu bytes from rank %d",
+                  (unsigned long long)h->len, c->peer);
+        if (c->runexp)
+            free(c->runexp);
+        c->runexp = NULL;
+        tcp_fail(ctx, FLX_ERR_NO_MEMORY, "unexpected buffer");
+        return -1;
+    }
+    c->runexp->hdr = *h;
+    if (c->unexp_tail)
+        c->unexp_tail->next = c->runexp;
+    else
+        c->unexp_head = c->runexp;
+    c->unexp_tail = c->runexp;
+    return 0;
+}
+
+/* The payload of the current message is complete. */
+static void conn_payload_done(tcp_conn_t *c)
+{
+    if (c->rreq) {
+        req_finish(c->rreq, FLX_OK);
+        c->rreq = NULL;
+    } else if (c->runexp) {
+        tcp_unexp_t *u = c->runexp;
+        c->runexp = NULL;
+        if (u->claimed) {
+            if (u->hdr.len)
+                memcpy(u->claimed->buf, u->buf, u->hdr.len);
+            req_finish(u->claimed, FLX_OK);
+            unexp_remove(c, u);
+            free(u->buf);
+            free(u);
+        }
+    }
+    c->rhdr_got = 0;
+}
+
+/* Read what the socket has, up to a budget.  0 ok, -1 failed. */
+static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c)
+{
+    size_t budget = (size_t)16 << 20;
+
+    while (budget > 0 && ctx->err == FLX_OK) {
+        ssize_t n;
+        int in_payload = c->rreq != NULL || c->runexp != NULL;
+
+        if (!in_payload) {
+            n = recv(c->fd, (char *)&c->rhdr + c->rhdr_got, sizeof(c->rhdr) - c->rhdr_got, 0);
+        } else {
+            size_t len = c->rhdr.len;
+            char *dst = c->rreq ? c->rreq->buf : c->runexp->buf;
+            size_t got = c->rreq ? c->rreq->done_bytes : c->runexp->got;
+            n = len > got ? recv(c->fd, dst + got, len - got, 0) : 0;
+            if (n > 0) {
+                if (c->rreq)
+                    c->rreq->done_bytes += (size_t)n;
+                else
+                    c->runexp->got += (size_t)n;
+                if (got + (size_t)n == len)
+                    conn_payload_done(c);
+                budget -= FLX_MIN(budget, (size_t)n);
+                continue;
+            }
+            if (len == got) {  /* empty payload */
+                conn_payload_done(c);
+                continue;
+            }
+        }
+        if (n > 0) {
+            c->rhdr_got += (size_t)n;
+            if (c->rhdr_got == sizeof(c->rhdr)) {
+                if (conn_dispatch_header(ctx, c) != 0)
+                    return -1;
+                if (c->rhdr.type != TCP_MSG_DATA)
+                    c->rhdr_got = 0;
+                else if (c->rhdr.len == 0)
+                    conn_payload_done(c);
+            }
+            continue;
+        }
+        if (n == 0) {
+            c->eof = 1;
+            if (!c->bye || c->posted_head || in_payload || c->rhdr_got) {
+                flx_error(NET, ctx->rank, "connection to rank %d closed%s", c->peer,
+                          c->posted_head ? " while a collective waits for it"
+                                         : " without a goodbye (rank died?)");
+                tcp_fail(ctx, FLX_ERR_PEER_LOST, "eof");
+                return -1;
+            }
+            return 0;
+        }
+        if (errno == EAGAIN || errno == EINTR)
+            return 0;
+        flx_error(NET, ctx->rank, "receive from rank %d failed: %m", c->peer);
+        tcp_fail(ctx, sock_errno_status(errno), "recv failed");
+        return -1;
+    }
+    return 0;
+}
+
+static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
+{
+    int n = 0, rc, ms;
+
+    if (ctx->err != FLX_OK)
+        return ctx->err;
+    for (int p = 0; p < ctx->size; p++) {
+        tcp_conn_t *c = &ctx->conns[p];
+        if (c->fd < 0 || c->eof)
+            continue;
+        ctx->pfds[n].fd = c->fd;
+        ctx->pfds[n].events = (short)(POLLIN | (c->sq_head ? POLLOUT : 0));
+        ctx->pfds[n].revents = 0;
+        ctx->pfd_peer[n++] = p;
+    }
+    ms = timeout_s <= 0 ? 0 : timeout_s > 1.0 ? 1000 : (int)(timeout_s * 1000.0) + 1;
+    rc = poll(ctx->pfds, (nfds_t)n, ms);
+    if (rc < 0) {
+        if (errno == EINTR)
+            return FLX_OK;
+        flx_error(NET, ctx->rank, "poll failed: %m");
+        tcp_fail(ctx, FLX_ERR_SYSTEM, "poll");
+        return ctx->err;
+    }
+    for (int i = 0; i < n && rc > 0; i++) {
+        tcp_conn_t *c = &ctx->conns[ctx->pfd_peer[i]];
+        short ev = ctx->pfds[i].revents;
+        if (ev & (POLLOUT | POLLERR))
+            conn_send_progress(ctx, c);
+        if (ev & (POLLIN | POLLHUP | POLLERR))
+            conn_recv_progress(ctx, c);
+    }
+    return ctx->err;
+}
+
+/* ---- life cycle ------------------------------------------------------------ */
+
+static void tcp_destroy(tl_ctx_t *ctx);
+
+static flx_status_t tcp_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t **ctx_p)
+{
+    tl_ctx_t *ctx = calloc(1, sizeof(*ctx));
+
+    if (ctx == NULL)
+        return FLX_ERR_NO_MEMORY;
+    ctx->rank = boot->rank;
+    ctx->size = boot->size;
+    ctx->cfg = *cfg;
+    ctx->conns = calloc((size_t)boot->size, sizeof(*ctx->conns));
+    ctx->pfds = calloc((size_t)boot->size, sizeof(*ctx->pfds));
+    ctx->pfd_peer = calloc((size_t)boot->size, sizeof(*ctx->pfd_peer));
+    if (ctx->conns == NULL || ctx->pfds == NULL || ctx->pfd_peer == NULL) {
+        tcp_destroy(ctx);
+        return FLX_ERR_NO_MEMORY;
+    }
+    for (int p = 0; p < boot->size; p++) {
+        tcp_conn_t *c = &ctx->conns[p];
+        c->peer = p;
+        c->fd = p == boot->rank ? -1 : boot_take_fd(boot, p);
+        if (c->fd >= 0) {
+            sock_set_nodelay(c->fd);
+            sock_set_bufsize(c->fd, cfg->tcp_sockbuf);
+        }
+    }
+    *ctx_p = ctx;
+    return FLX_OK;
+}
+
+/* Say goodbye, then read until every peer has closed its side too, so that
+ * nothing a peer still sends is cut off by a reset. */
+static void tcp_destroy(tl_ctx_t *ctx)
+{
+    double deadline = flx_time_now() + FLX_MIN(ctx->cfg.timeout_s, 10.0);
+    tcp_hdr_t bye;
+    int open = 0;
+
+    if (ctx->conns == NULL)
+        goto out_free;
+    hdr_from_tag(&bye, TCP_MSG_BYE, NULL, 0);
+    for (int p = 0; p < ctx->size; p++) {
+        tcp_conn_t *c = &ctx->conns[p];
+        if (c->fd < 0)
+            continue;
+        if (ctx->err == FLX_OK && !c->eof) {
+            (void)sock_send_all(c->fd, &bye, sizeof(bye), deadline);
+            shutdown(c->fd, SHUT_WR);
+            open++;
+        } else {
+            c->eof = 1;
+        }
+    }
+    while (open > 0 && flx_time_now() < deadline) {
+        char sink[4096];
+        for (int p = 0; p < ctx->size; p++) {
+            tcp_conn_t *c = &ctx->conns[p];
+            struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+            ssize_t n;
+            if (c->fd < 0 || c->eof)
+                continue;
+            if (poll(&pfd, 1, 10) <= 0)
+                continue;
+            n = recv(c->fd, sink, sizeof(sink), 0);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+                c->eof = 1;
+                open--;
+            }
+        }
+    }
+    for (int p = 0; p < ctx->size; p++) {
+        tcp_conn_t *c = &ctx->conns[p];
+        tcp_unexp_t *u = c->unexp_head;
+        while (u) {
+            tcp_unexp_t *next = u->next;
+            free(u->buf);
+            free(u);
+            u = next;
+        }
+        if (c->fd >= 0)
+            close(c->fd);
+    }
+out_free:
+    free(ctx->conns);
+    free(ctx->pfds);
+    free(ctx->pfd_peer);
+    free(ctx);
+}
+
+const tl_ops_t tl_tcp_ops = {
+    .name = "tcp",
+    .create = tcp_create,
+    .destroy = tcp_destroy,
+    .isend = tcp_isend,
+    .irecv = tcp_irecv,
+    .progress = tcp_progress,
+    .fail = tcp_fail,
+    .error = tcp_error,
+};

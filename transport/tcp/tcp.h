@@ -1,0 +1,67 @@
+/* tcp.h -- internals of the tcp backend: one non-blocking socket per peer,
+ * a send queue and a receive state machine per connection.
+ *
+ * Every message is a 40-byte header followed by its payload.  Small and
+ * large messages take the same path (no per-message handshake): the sender
+ * writes header and payload with one writev; the receiver matches the
+ * header to a posted receive and reads the payload straight into the
+ * user's buffer, or into a buffer of its own when nothing is posted yet
+ * (unexpected message), copied out when the receive is posted. */
+#ifndef FLX_TRANSPORT_TCP_H
+#define FLX_TRANSPORT_TCP_H
+
+#include "transport/tl.h"
+
+#define TCP_MAGIC 0x464c5844u /* "FLXD" */
+
+enum { TCP_MSG_DATA = 1, TCP_MSG_ERROR = 2, TCP_MSG_BYE = 3 };
+
+typedef struct {
+    uint32_t magic;
+    uint8_t type;
+    uint8_t kind;
+    uint8_t dtype;
+    uint8_t pad;
+    uint16_t op;
+    uint16_t pad2;
+    uint32_t seq;
+    uint32_t step;
+    int32_t status;   /* TCP_MSG_ERROR: the sender's failure */
+    uint32_t pad3;
+    uint64_t count;
+    uint64_t len;
+} tcp_hdr_t;          /* 40 bytes */
+
+typedef struct tcp_unexp {
+    struct tcp_unexp *next;
+    tcp_hdr_t hdr;
+    void *buf;
+    size_t got;
+    tl_req_t *claimed;   /* a receive posted while the payload was arriving */
+} tcp_unexp_t;
+
+typedef struct {
+    int fd;
+    int peer;
+    int bye;                  /* the peer said goodbye                 */
+    int eof;
+    tl_req_t *sq_head, *sq_tail;
+    tl_req_t *posted_head, *posted_tail;
+    tcp_unexp_t *unexp_head, *unexp_tail;
+    tcp_hdr_t rhdr;           /* header being received                 */
+    size_t rhdr_got;
+    tl_req_t *rreq;           /* posted receive taking the payload     */
+    tcp_unexp_t *runexp;      /* or the unexpected buffer taking it    */
+} tcp_conn_t;
+
+struct tl_ctx {
+    int rank;
+    int size;
+    tcp_conn_t *conns;        /* [size], conns[rank].fd == -1          */
+    struct pollfd *pfds;
+    int *pfd_peer;
+    flx_status_t err;
+    flx_config_t cfg;
+};
+
+#endif

@@ -1,0 +1,90 @@
+/* tl.h -- the transport layer's one internal interface.
+ *
+ * A transport context (tl_ctx_t) holds the connections of one communicator
+ * to every peer.  Collectives talk to it only through tl_ops_t, so the tcp
+ * and ib backends are interchangeable:
+ *
+ *   isend / irecv   post a tagged message to or from one peer; the request
+ *                   is owned by the caller and completes in place
+ *   progress        move data; waits at most timeout_s for an event
+ *   fail            poison the context: every pending and later request
+ *                   fails with the given status, peers are told
+ *
+ * Messages between two ranks arrive in the order they were sent.  A receive
+ * matches the message with the same (seq, step) from that peer; the
+ * signature (kind, dtype, count) must then agree too, or both requests fail
+ * with FLX_ERR_MISMATCH.  Message lengths are checked against the posted
+ * receive before any byte lands in the user's buffer.
+ */
+#ifndef FLX_TRANSPORT_TL_H
+#define FLX_TRANSPORT_TL_H
+
+#include "flexcoll.h"
+#include "common/config.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* What a message belongs to: collective sequence number and step, plus the
+ * signature every rank must agree on. */
+typedef struct {
+    uint32_t seq;    /* collective number on the communicator          */
+    uint32_t step;   /* step (and chunk) inside the collective          */
+    uint8_t kind;    /* collective kind and algorithm (tl_kind)         */
+    uint8_t dtype;   /* flx_dtype_t                                      */
+    uint16_t op;     /* flx_op_t or root                                 */
+    uint64_t count;  /* the collective's element count                   */
+} tl_tag_t;
+
+typedef struct tl_req {
+    struct tl_req *next;     /* backend queue link                      */
+    int peer;
+    int is_send;
+    tl_tag_t tag;
+    void *buf;
+    size_t len;
+    size_t done_bytes;       /* progress of the backend                 */
+    volatile int complete;   /* set when finished (status is final)     */
+    flx_status_t status;
+    uint64_t priv[6];        /* backend scratch (e.g. the wire header)  */
+} tl_req_t;
+
+typedef struct tl_ctx tl_ctx_t;
+struct boot;
+
+typedef struct tl_ops {
+    const char *name;
+    /* Build the data path to every peer over the authenticated bootstrap
+     * mesh (which the backend may adopt).  On success *ctx_p is owned by
+     * the caller and released with destroy. */
+    flx_status_t (*create)(struct boot *boot, const flx_config_t *cfg,
+                           tl_ctx_t **ctx_p);
+    /* Say goodbye to every peer, drain, close.  Never blocks longer than
+     * the configured timeout. */
+    void (*destroy)(tl_ctx_t *ctx);
+    flx_status_t (*isend)(tl_ctx_t *ctx, int peer, const tl_tag_t *tag,
+                          const void *buf, size_t len, tl_req_t *req);
+    flx_status_t (*irecv)(tl_ctx_t *ctx, int peer, const tl_tag_t *tag,
+                          void *buf, size_t len, tl_req_t *req);
+    /* FLX_OK when something may have completed or the timeout passed;
+     * an error status when the context has failed. */
+    flx_status_t (*progress)(tl_ctx_t *ctx, double timeout_s);
+    /* Fail every pending request with status and tell every peer. */
+    void (*fail)(tl_ctx_t *ctx, flx_status_t status, const char *why);
+    /* The status the context failed with, FLX_OK while healthy. */
+    flx_status_t (*error)(tl_ctx_t *ctx);
+} tl_ops_t;
+
+extern const tl_ops_t tl_tcp_ops;
+#ifdef FLX_HAVE_VERBS
+extern const tl_ops_t tl_ib_ops;
+#endif
+
+/* Equal signatures? (the (seq, step) match is the backend's) */
+static inline int tl_tag_sig_equal(const tl_tag_t *a, const tl_tag_t *b)
+{
+    return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op &&
+           a->count == b->count;
+}
+
+#endif
