@@ -446,6 +446,20 @@ START_TEST(test_rank_failure_stops_others)
 }
 END_TEST
 
+/* Ranks that ignore SIGTERM get SIGKILL after the grace period (3 s). */
+START_TEST(test_failure_escalates_to_sigkill)
+{
+    run_result_t r;
+
+    RUN(&r, "-n", "3", "sh", "-c",
+        "trap '' TERM; if [ $FLX_RANK = 2 ]; then sleep 0.2; exit 5; fi; "
+        "while :; do sleep 0.05; done");
+    ck_assert_msg(r.code == 5, "exit %d, stderr:\n%s", r.code, r.err);
+    ck_assert_msg(r.elapsed_s >= 2.5 && r.elapsed_s < 8.0, "took %.1f s", r.elapsed_s);
+    run_result_free(&r);
+}
+END_TEST
+
 START_TEST(test_rank_killed_by_signal)
 {
     run_result_t r;
@@ -723,6 +737,7 @@ static Suite *flxrun_suite(void)
     tcase_add_test(tc_env, test_preset_root_and_secret_kept);
     tcase_add_test(tc_env, test_stdin_is_dev_null);
     tcase_add_test(tc_fail, test_rank_failure_stops_others);
+    tcase_add_test(tc_fail, test_failure_escalates_to_sigkill);
     tcase_add_test(tc_fail, test_rank_killed_by_signal);
     tcase_add_test(tc_fail, test_timeout);
     tcase_add_test(tc_fail, test_timeout_not_reached);

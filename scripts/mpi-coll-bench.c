@@ -1,0 +1,440 @@
+/* mpi-coll-bench.c -- MPI_Allreduce / MPI_Allgather timed exactly as the
+ * flx-*-perf tools time flexcoll, so that scripts/compare-mpi.sh can line the
+ * two up: same size sweep, warm-up and iteration scheme, same columns.
+ *
+ *   mpicc -O2 -o mpi-coll-bench mpi-coll-bench.c -lm
+ *   mpirun -np 4 ./mpi-coll-bench allreduce -b 4 -e 64M -f 2 -n 20 -w 5
+ *
+ * Collective: allreduce (float, sum) or allgather (float; the size is the
+ * gathered total, count per rank).  Per size and placement (out-of-place,
+ * then in-place with MPI_IN_PLACE): -w warm-up calls, barrier, -n timed
+ * calls each timed on its own; time = mean of the slowest rank; min/p50/p99
+ * of the out-of-place iterations, each iteration the slowest rank's
+ * (nearest-rank percentiles).  -c 1 checks one call on exact data in an
+ * untimed pass.  algbw = size / time (1e9 B/s); busbw = algbw * 2(n-1)/n
+ * (allreduce), algbw * (n-1)/n (allgather).  Standalone: it does not use
+ * flexcoll.
+ */
+#include <mpi.h>
+
+#include <ctype.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+enum { BENCH_ALLREDUCE, BENCH_ALLGATHER };
+
+typedef struct {
+    int coll;
+    size_t min_bytes, max_bytes, step_bytes;
+    unsigned step_factor; /* 0: add step_bytes */
+    int iters, warmup, check;
+} bench_args_t;
+
+typedef struct {
+    bench_args_t args;
+    int rank, nranks;
+    float *sendbuf, *recvbuf;
+    double *times, *times_max;
+    double bw_sum;
+    long bw_count, wrong_rows;
+} bench_t;
+
+typedef struct {
+    double mean_s, min_s, p50_s, p99_s, algbw, busbw;
+    long long wrong;
+} bench_result_t;
+
+/* 8, 4k, 1M, 64KiB, 1G -> bytes; -1 on malformed input */
+static int bench_parse_size(const char *s, size_t *out_p)
+{
+    char *end;
+    double v = strtod(s, &end), mult = 1;
+
+    if (end == s || v < 0)
+        return -1;
+    switch (tolower((unsigned char)*end)) {
+    case '\0': break;
+    case 'k': mult = 1024.0; end++; break;
+    case 'm': mult = 1024.0 * 1024; end++; break;
+    case 'g': mult = 1024.0 * 1024 * 1024; end++; break;
+    case 'b': break;
+    default: return -1;
+    }
+    if (strcasecmp(end, "ib") == 0 || strcasecmp(end, "b") == 0)
+        end += strlen(end);
+    if (*end != '\0')
+        return -1;
+    *out_p = (size_t)(v * mult);
+    return 0;
+}
+
+static int bench_parse_int(const char *s, long min, long max, int *out_p)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+
+    if (end == s || *end != '\0' || v < min || v > max)
+        return -1;
+    *out_p = (int)v;
+    return 0;
+}
+
+static void bench_usage(FILE *out)
+{
+    fprintf(out, "usage: mpi-coll-bench allreduce|allgather [-b min] [-e max] [-f factor | -i step]"
+                 " [-n iters] [-w warmup] [-c 0|1]\n");
+}
+
+/* 0 ok, 1 help, -1 error (message printed unless quiet) */
+static int bench_parse(bench_args_t *a, int quiet, int argc, char **argv)
+{
+    int c, f;
+
+    a->coll = -1;
+    a->min_bytes = 8;
+    a->max_bytes = (size_t)64 << 20;
+    a->step_bytes = (size_t)1 << 20;
+    a->step_factor = 2;
+    a->iters = 20;
+    a->warmup = 5;
+    a->check = 1;
+    opterr = 0;
+    while ((c = getopt(argc, argv, ":b:e:f:i:n:w:c:h")) != -1) {
+        int bad = 0;
+
+        switch (c) {
+        case 'b': bad = bench_parse_size(optarg, &a->min_bytes); break;
+        case 'e': bad = bench_parse_size(optarg, &a->max_bytes); break;
+        case 'f':
+            bad = bench_parse_int(optarg, 1, 1 << 20, &f);
+            a->step_factor = f == 1 ? 0 : (unsigned)f;
+            break;
+        case 'i':
+            bad = bench_parse_size(optarg, &a->step_bytes) || a->step_bytes == 0;
+            a->step_factor = 0;
+            break;
+        case 'n': bad = bench_parse_int(optarg, 1, 10000000, &a->iters); break;
+        case 'w': bad = bench_parse_int(optarg, 0, 10000000, &a->warmup); break;
+        case 'c': bad = bench_parse_int(optarg, 0, 1, &a->check); break;
+        case 'h':
+            if (!quiet)
+                bench_usage(stdout);
+            return 1;
+        default:
+            if (!quiet)
+                fprintf(stderr, "mpi-coll-bench: bad option '%s'\n", argv[optind - 1]);
+            return -1;
+        }
+        if (bad) {
+            if (!quiet)
+                fprintf(stderr, "mpi-coll-bench: invalid value '%s' for -%c\n", optarg, c);
+            return -1;
+        }
+    }
+    if (optind + 1 == argc && strcmp(argv[optind], "allreduce") == 0)
+        a->coll = BENCH_ALLREDUCE;
+    else if (optind + 1 == argc && strcmp(argv[optind], "allgather") == 0)
+        a->coll = BENCH_ALLGATHER;
+    if (a->coll < 0 || a->min_bytes > a->max_bytes || (a->min_bytes == 0 && a->step_factor)) {
+        if (!quiet) {
+            fprintf(stderr, "mpi-coll-bench: need one collective (allreduce or allgather) "
+                            "and minbytes <= maxbytes (> 0 with a factor)\n");
+            bench_usage(stderr);
+        }
+        return -1;
+    }
+    return 0;
+}
+
+static size_t bench_next_size(const bench_args_t *a, size_t size)
+{
+    size_t next;
+
+    if (a->step_factor >= 2) {
+        if (size > SIZE_MAX / a->step_factor)
+            return 0;
+        next = size * a->step_factor;
+    } else {
+        if (size > SIZE_MAX - a->step_bytes)
+            return 0;
+        next = size + a->step_bytes;
+    }
+    return next > a->max_bytes ? 0 : next;
+}
+
+static void bench_format_us(char *buf, size_t len, double us)
+{
+    if (us >= 10000.0)
+        snprintf(buf, len, "%7.0f", us);
+    else if (us >= 100.0)
+        snprintf(buf, len, "%7.1f", us);
+    else
+        snprintf(buf, len, "%7.2f", us);
+}
+
+/* Exact in float: multiples of 1/8 in [-16, 16), sums of up to 2^20 ranks. */
+static float bench_value(int rank, size_t i)
+{
+    uint32_t h = (uint32_t)i * 2654435761u ^ ((uint32_t)rank + 1u) * 0x85ebca6bu;
+
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return (float)((int)(h % 256u) - 128) * 0.125f;
+}
+
+static void bench_fill(float *p, size_t count, int rank)
+{
+    for (size_t i = 0; i < count; i++)
+        p[i] = bench_value(rank, i);
+}
+
+static int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+static double bench_percentile(const double *v, int n, double p)
+{
+    long k = (long)ceil(p * n) - 1;
+
+    return v[k < 0 ? 0 : (k >= n ? n - 1 : k)];
+}
+
+static int bench_call(bench_t *b, size_t count, int in_place)
+{
+    if (b->args.coll == BENCH_ALLREDUCE)
+        return MPI_Allreduce(in_place ? MPI_IN_PLACE : b->sendbuf, b->recvbuf, (int)count,
+                             MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    return MPI_Allgather(in_place ? MPI_IN_PLACE : b->sendbuf, (int)count, MPI_FLOAT, b->recvbuf,
+                         (int)count, MPI_FLOAT, MPI_COMM_WORLD);
+}
+
+static void bench_prepare(bench_t *b, size_t count, int in_place)
+{
+    if (b->args.coll == BENCH_ALLREDUCE) {
+        bench_fill(in_place ? b->recvbuf : b->sendbuf, count, b->rank);
+        if (!in_place)
+            memset(b->recvbuf, 0xa5, count * sizeof(float));
+    } else {
+        memset(b->recvbuf, 0xa5, count * sizeof(float) * (size_t)b->nranks);
+        bench_fill(in_place ? b->recvbuf + (size_t)b->rank * count : b->sendbuf, count, b->rank);
+    }
+}
+
+static long long bench_wrong(const bench_t *b, size_t count)
+{
+    long long wrong = 0;
+
+    if (b->args.coll == BENCH_ALLREDUCE) {
+        for (size_t i = 0; i < count; i++) {
+            double want = 0;
+
+            for (int r = 0; r < b->nranks; r++)
+                want += bench_value(r, i);
+            wrong += b->recvbuf[i] != (float)want;
+        }
+    } else {
+        for (int r = 0; r < b->nranks; r++)
+            for (size_t i = 0; i < count; i++)
+                wrong += b->recvbuf[(size_t)r * count + i] != bench_value(r, i);
+    }
+    return wrong;
+}
+
+static int bench_case(bench_t *b, size_t count, size_t bytes, int in_place, bench_result_t *res)
+{
+    int n = b->args.iters, rc;
+    double t0, t, prev;
+    long long wrong;
+
+    bench_prepare(b, count, in_place);
+    for (int w = 0; w < b->args.warmup; w++)
+        if ((rc = bench_call(b, count, in_place)) != MPI_SUCCESS)
+            return rc;
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = prev = MPI_Wtime();
+    for (int it = 0; it < n; it++) {
+        if ((rc = bench_call(b, count, in_place)) != MPI_SUCCESS)
+            return rc;
+        t = MPI_Wtime();
+        b->times[it] = t - prev;
+        prev = t;
+    }
+    b->times[n] = (MPI_Wtime() - t0) / n;
+    MPI_Allreduce(b->times, b->times_max, n + 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    res->mean_s = b->times_max[n];
+    qsort(b->times_max, (size_t)n, sizeof(double), bench_cmp_double);
+    res->min_s = b->times_max[0];
+    res->p50_s = bench_percentile(b->times_max, n, 0.50);
+    res->p99_s = bench_percentile(b->times_max, n, 0.99);
+    res->algbw = (double)bytes / 1e9 / res->mean_s;
+    res->busbw = res->algbw * (b->args.coll == BENCH_ALLREDUCE
+                                   ? 2.0 * (b->nranks - 1) / b->nranks
+                                   : (double)(b->nranks - 1) / b->nranks);
+    res->wrong = -1;
+    if (b->args.check) {
+        bench_prepare(b, count, in_place);
+        if ((rc = bench_call(b, count, in_place)) != MPI_SUCCESS)
+            return rc;
+        wrong = bench_wrong(b, count);
+        MPI_Allreduce(&wrong, &res->wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    }
+    return MPI_SUCCESS;
+}
+
+static void bench_append(char *row, size_t len, const bench_result_t *res)
+{
+    size_t used = strlen(row);
+    char t[32], w[32];
+
+    bench_format_us(t, sizeof(t), res->mean_s * 1e6);
+    if (res->wrong < 0)
+        snprintf(w, sizeof(w), "N/A");
+    else
+        snprintf(w, sizeof(w), "%lld", res->wrong);
+    snprintf(row + used, len - used, "  %7s  %6.2f  %6.2f  %5s", t, res->algbw, res->busbw, w);
+}
+
+static void bench_header(const bench_t *b)
+{
+    const bench_args_t *a = &b->args;
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING], step[64];
+    int len = 0;
+    char *nl;
+
+    MPI_Get_library_version(lib, &len);
+    nl = strchr(lib, '\n');
+    if (nl != NULL)
+        *nl = '\0';
+    if (a->step_factor >= 2)
+        snprintf(step, sizeof(step), "%u(factor)", a->step_factor);
+    else
+        snprintf(step, sizeof(step), "%zu(bytes)", a->step_bytes);
+    printf("# Collective test starting: mpi-coll-bench %s\n",
+           a->coll == BENCH_ALLREDUCE ? "allreduce" : "allgather");
+    printf("# nRanks %d net mpi minBytes %zu maxBytes %zu step: %s warmup iters: %d "
+           "iters: %d validation: %d blocking: 1\n",
+           b->nranks, a->min_bytes, a->max_bytes, step, a->warmup, a->iters, a->check);
+    printf("#\n# %s\n#\n", lib);
+    printf("# time  : mean time per iteration of the slowest rank (MPI_MAX over ranks)\n");
+    printf("# algbw : size / time, GB/s = 1e9 B/s; busbw = algbw * %s\n",
+           a->coll == BENCH_ALLREDUCE ? "2(n-1)/n" : "(n-1)/n, size = gathered total");
+    printf("# min, p50, p99 : per-iteration times of the out-of-place run, each iteration\n"
+           "#   the slowest rank's, nearest-rank percentiles over the %d iterations (us)\n#\n",
+           a->iters);
+    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       "
+           "in-place            out-of-place iterations\n",
+           "", "", "", "", "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s  %7s  %7s  %7s\n",
+           "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+           "algbw", "busbw", "#wrong", "min", "p50", "p99");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s  %7s  %7s  %7s\n",
+           "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+           "(GB/s)", "", "(us)", "(us)", "(us)");
+}
+
+static int bench_run(bench_t *b)
+{
+    const bench_args_t *a = &b->args;
+    bench_result_t res[2];
+    char row[512], s1[32], s2[32], s3[32];
+    int rc;
+
+    for (size_t size = a->min_bytes, next;; size = next) {
+        size_t count = a->coll == BENCH_ALLREDUCE ? size / sizeof(float)
+                                                  : size / sizeof(float) / (size_t)b->nranks;
+        size_t bytes = count * sizeof(float) * (a->coll == BENCH_ALLREDUCE ? 1 : (size_t)b->nranks);
+
+        if (count != 0) {
+            for (int ip = 0; ip < 2; ip++) {
+                rc = bench_case(b, count, bytes, ip, &res[ip]);
+                if (rc != MPI_SUCCESS) {
+                    fprintf(stderr, "mpi-coll-bench: rank %d: MPI error %d at %zu bytes\n",
+                            b->rank, rc, bytes);
+                    return rc;
+                }
+                b->bw_sum += res[ip].busbw;
+                b->bw_count++;
+                b->wrong_rows += res[ip].wrong > 0;
+            }
+            if (b->rank == 0) {
+                snprintf(row, sizeof(row), "%12zu  %12zu  %8s  %6s  %6d", bytes, count, "float",
+                         a->coll == BENCH_ALLREDUCE ? "sum" : "none", -1);
+                bench_append(row, sizeof(row), &res[0]);
+                bench_append(row, sizeof(row), &res[1]);
+                bench_format_us(s1, sizeof(s1), res[0].min_s * 1e6);
+                bench_format_us(s2, sizeof(s2), res[0].p50_s * 1e6);
+                bench_format_us(s3, sizeof(s3), res[0].p99_s * 1e6);
+                printf("%s  %7s  %7s  %7s\n", row, s1, s2, s3);
+            }
+        }
+        next = bench_next_size(a, size);
+        if (next <= size)
+            break;
+    }
+    return MPI_SUCCESS;
+}
+
+int main(int argc, char **argv)
+{
+    bench_t b;
+    size_t send_cap, recv_cap;
+    int rc;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    MPI_Init(&argc, &argv);
+    memset(&b, 0, sizeof(b));
+    MPI_Comm_rank(MPI_COMM_WORLD, &b.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &b.nranks);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+
+    rc = bench_parse(&b.args, b.rank != 0, argc, argv);
+    if (rc != 0) {
+        MPI_Finalize();
+        return rc > 0 ? 0 : 2;
+    }
+    if (b.args.max_bytes / sizeof(float) > (size_t)INT32_MAX) {
+        if (b.rank == 0)
+            fprintf(stderr, "mpi-coll-bench: maxbytes too large for an int count\n");
+        MPI_Finalize();
+        return 2;
+    }
+    send_cap = b.args.max_bytes + sizeof(float);
+    recv_cap = b.args.max_bytes + sizeof(float) * (size_t)b.nranks;
+    b.sendbuf = malloc(send_cap);
+    b.recvbuf = malloc(recv_cap);
+    b.times = calloc((size_t)b.args.iters + 1, sizeof(double));
+    b.times_max = calloc((size_t)b.args.iters + 1, sizeof(double));
+    if (b.sendbuf == NULL || b.recvbuf == NULL || b.times == NULL || b.times_max == NULL) {
+        fprintf(stderr, "mpi-coll-bench: rank %d: out of memory\n", b.rank);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    memset(b.sendbuf, 0, send_cap);
+    memset(b.recvbuf, 0, recv_cap);
+
+    if (b.rank == 0)
+        bench_header(&b);
+    rc = bench_run(&b);
+    if (rc == MPI_SUCCESS && b.rank == 0) {
+        printf("# Out of bounds values : %ld %s\n", b.wrong_rows, b.wrong_rows ? "FAILED" : "OK");
+        printf("# Avg bus bandwidth    : %g \n", b.bw_count ? b.bw_sum / (double)b.bw_count : 0.0);
+        printf("#\n# Collective test concluded: mpi-coll-bench\n");
+    }
+    free(b.times_max);
+    free(b.times);
+    free(b.recvbuf);
+    free(b.sendbuf);
+    if (rc != MPI_SUCCESS)
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    MPI_Finalize();
+    return b.wrong_rows ? 1 : 0;
+}

@@ -1,0 +1,379 @@
+/* check_coll.c -- every collective x algorithm x dtype x op on real forked
+ * ranks over real sockets, N = 1, 2, 3, 4, 5, 8, compared element-wise with
+ * a serial reference computed from every rank's input.
+ *
+ * Inputs are multiples of 1/8 in [-1, 1] (products: 0.5, 1, 2, -1), so that
+ * sums and products of up to 8 ranks are exact in every dtype, half types
+ * included: a correct result matches the reference exactly (avg within one
+ * rounding of the division). */
+#include "tests/mp.h"
+#include "common/dtype.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BIG_BYTES ((size_t)4 << 20)
+
+/* ---- values ------------------------------------------------------------- */
+
+static double input_value(int rank, size_t i, flx_op_t op, flx_dtype_t dt)
+{
+    static const double prod_vals[4] = {0.5, 1.0, 2.0, -1.0};
+    static const double prod_ints[4] = {1.0, 2.0, -1.0, 1.0};
+    int k = (int)((rank * 7 + i * 3) % 17) - 8;
+
+    if (op == FLX_PROD)
+        return (dt == FLX_INT32 || dt == FLX_INT64) ? prod_ints[(rank + i) % 4]
+                                                    : prod_vals[(rank + i) % 4];
+    return (dt == FLX_INT32 || dt == FLX_INT64) ? k : k / 8.0;
+}
+
+static void put(void *buf, size_t i, flx_dtype_t dt, double v)
+{
+    switch (dt) {
+    case FLX_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    case FLX_FLOAT64: ((double *)buf)[i] = v; break;
+    case FLX_FLOAT16: ((uint16_t *)buf)[i] = flx_float_to_half((float)v); break;
+    case FLX_BFLOAT16: ((uint16_t *)buf)[i] = flx_float_to_bf16((float)v); break;
+    case FLX_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case FLX_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    default: break;
+    }
+}
+
+static double get(const void *buf, size_t i, flx_dtype_t dt)
+{
+    switch (dt) {
+    case FLX_FLOAT32: return ((const float *)buf)[i];
+    case FLX_FLOAT64: return ((const double *)buf)[i];
+    case FLX_FLOAT16: return flx_half_to_float(((const uint16_t *)buf)[i]);
+    case FLX_BFLOAT16: return flx_bf16_to_float(((const uint16_t *)buf)[i]);
+    case FLX_INT32: return ((const int32_t *)buf)[i];
+    case FLX_INT64: return (double)((const int64_t *)buf)[i];
+    default: return NAN;
+    }
+}
+
+static double reference(int size, size_t i, flx_op_t op, flx_dtype_t dt)
+{
+    double acc = input_value(0, i, op, dt);
+
+    for (int r = 1; r < size; r++) {
+        double v = input_value(r, i, op, dt);
+        switch (op) {
+        case FLX_SUM: case FLX_AVG: acc += v; break;
+        case FLX_PROD: acc *= v; break;
+        case FLX_MIN: acc = v < acc ? v : acc; break;
+        case FLX_MAX: acc = v > acc ? v : acc; break;
+        default: break;
+        }
+    }
+    if (op == FLX_AVG)
+        acc = (dt == FLX_INT32 || dt == FLX_INT64) ? trunc(acc / size) : acc / size;
+    return acc;
+}
+
+static int close_enough(double got, double want, flx_dtype_t dt, flx_op_t op)
+{
+    double tol = 0;
+
+    if (op == FLX_AVG && dt != FLX_INT32 && dt != FLX_INT64)
+        tol = dt == FLX_FLOAT16 ? 1e-3 : dt == FLX_BFLOAT16 ? 8e-3 : 1e-6;
+    return fabs(got - want) <= tol * fmax(1.0, fabs(want));
+}
+
+/* ---- the per-rank bodies ------------------------------------------------- */
+
+static const flx_dtype_t all_dtypes[] = {FLX_FLOAT32, FLX_FLOAT64, FLX_FLOAT16,
+                                         FLX_BFLOAT16, FLX_INT32, FLX_INT64};
+
+static size_t sizes_for(int n, flx_dtype_t dt, size_t big_total, size_t *out)
+{
+    size_t k = 0;
+    size_t big = big_total / flx_dtype_size(dt);
+
+    out[k++] = 0;
+    out[k++] = 1;
+    if (n > 2)
+        out[k++] = (size_t)n - 1;
+    out[k++] = (size_t)n + 1;
+    out[k++] = 1001;
+    out[k++] = big + 3; /* >= 4 MiB, not a multiple of anything */
+    return k;
+}
+
+static int check_allreduce(flx_comm_h comm, int rank, int size, flx_algo_t algo,
+                           flx_dtype_t dt, flx_op_t op, size_t count, int in_place)
+{
+    size_t es = flx_dtype_size(dt);
+    char *send = malloc(count * es + 1), *recv = malloc(count * es + 1);
+    flx_status_t st;
+    int rc = 0;
+
+    for (size_t i = 0; i < count; i++)
+        put(send, i, dt, input_value(rank, i, op, dt));
+    if (in_place)
+        memcpy(recv, send, count * es);
+    st = flx_allreduce(comm, in_place ? recv : send, recv, count, dt, op, algo);
+    if (st != FLX_OK)
+        rc = mp_fail(rank, "allreduce %s %s %s n=%zu: %s", flx_algo_name(algo),
+                     flx_dtype_name(dt), flx_op_name(op), count, flx_status_string(st));
+    for (size_t i = 0; i < count && rc == 0; i++) {
+        double want = reference(size, i, op, dt), got = get(recv, i, dt);
+        if (!close_enough(got, want, dt, op))
+            rc = mp_fail(rank, "allreduce %s %s %s n=%zu%s: [%zu] = %g, want %g",
+                         flx_algo_name(algo), flx_dtype_name(dt), flx_op_name(op), count,
+                         in_place ? " in place" : "", i, got, want);
+    }
+    for (size_t i = 0; i < count && rc == 0 && !in_place; i++)
+        if (get(send, i, dt) != input_value(rank, i, op, dt) &&
+            !isnan(get(send, i, dt)))
+            rc = mp_fail(rank, "allreduce modified its send buffer");
+    free(send);
+    free(recv);
+    return rc;
+}
+
+static int body_allreduce(flx_comm_h comm, int rank, int size, void *arg)
+{
+    static const flx_algo_t algos[] = {FLX_ALGO_AUTO, FLX_ALGO_RING, FLX_ALGO_TREE,
+                                       FLX_ALGO_RD};
+    size_t sizes[8];
+
+    (void)arg;
+    for (size_t a = 0; a < 4; a++) {
+        for (size_t d = 0; d < 6; d++) {
+            size_t ns = sizes_for(size, all_dtypes[d], BIG_BYTES, sizes);
+            for (size_t s = 0; s < ns; s++) {
+                int big = s == ns - 1;
+                for (int op = 0; op < FLX_OP_COUNT; op++) {
+                    /* the big size runs sum, and avg in place */
+                    if (big && op != FLX_SUM && op != FLX_AVG)
+                        continue;
+                    if (check_allreduce(comm, rank, size, algos[a], all_dtypes[d], op,
+                                        sizes[s], big ? op == FLX_AVG : (int)(sizes[s] & 1)))
+                        return 1;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+static int body_allgather(flx_comm_h comm, int rank, int size, void *arg)
+{
+    static const flx_algo_t algos[] = {FLX_ALGO_AUTO, FLX_ALGO_RING, FLX_ALGO_RD};
+    size_t sizes[8];
+
+    (void)arg;
+    for (size_t a = 0; a < 3; a++) {
+        for (size_t d = 0; d < 6; d++) {
+            flx_dtype_t dt = all_dtypes[d];
+            size_t es = flx_dtype_size(dt);
+            size_t ns = sizes_for(size, dt, BIG_BYTES / (size_t)size, sizes);
+            for (size_t s = 0; s < ns; s++) {
+                size_t count = sizes[s];
+                int in_place = (int)(s & 1);
+                char *recv = malloc((size_t)size * count * es + 1);
+                char *send = in_place ? recv + (size_t)rank * count * es : malloc(count * es + 1);
+                flx_status_t st;
+                for (size_t i = 0; i < count; i++)
+                    put(send, i, dt, input_value(rank, i, FLX_SUM, dt));
+                st = flx_allgather(comm, send, recv, count, dt, algos[a]);
+                if (st != FLX_OK)
+                    return mp_fail(rank, "allgather %s %s n=%zu: %s", flx_algo_name(algos[a]),
+                                   flx_dtype_name(dt), count, flx_status_string(st));
+                for (int r = 0; r < size; r++)
+                    for (size_t i = 0; i < count; i++)
+                        if (get(recv, (size_t)r * count + i, dt) != input_value(r, i, FLX_SUM, dt))
+                            return mp_fail(rank, "allgather %s %s n=%zu%s: block %d [%zu] = %g, "
+                                           "want %g", flx_algo_name(algos[a]), flx_dtype_name(dt),
+                                           count, in_place ? " in place" : "", r, i,
+                                           get(recv, (size_t)r * count + i, dt),
+                                           input_value(r, i, FLX_SUM, dt));
+                if (!in_place)
+                    free(send);
+                free(recv);
+            }
+        }
+    }
+    return 0;
+}
+
+static int body_bcast(flx_comm_h comm, int rank, int size, void *arg)
+{
+    size_t sizes[8];
+    int roots[3] = {0, size - 1, size / 2};
+
+    (void)arg;
+    for (size_t d = 0; d < 6; d++) {
+        flx_dtype_t dt = all_dtypes[d];
+        size_t es = flx_dtype_size(dt);
+        size_t ns = sizes_for(size, dt, BIG_BYTES, sizes);
+        for (size_t s = 0; s < ns; s++) {
+            for (int k = 0; k < 3; k++) {
+                int root = roots[k];
+                size_t count = sizes[s];
+                char *buf = malloc(count * es + 1);
+                flx_status_t st;
+                for (size_t i = 0; i < count; i++)
+                    put(buf, i, dt, input_value(rank, i, FLX_SUM, dt));
+                st = flx_broadcast(comm, buf, count, dt, root);
+                if (st != FLX_OK)
+                    return mp_fail(rank, "broadcast %s n=%zu root %d: %s", flx_dtype_name(dt),
+                                   count, root, flx_status_string(st));
+                for (size_t i = 0; i < count; i++)
+                    if (get(buf, i, dt) != input_value(root, i, FLX_SUM, dt))
+                        return mp_fail(rank, "broadcast %s n=%zu root %d: [%zu] = %g, want %g",
+                                       flx_dtype_name(dt), count, root, i, get(buf, i, dt),
+                                       input_value(root, i, FLX_SUM, dt));
+                free(buf);
+            }
+        }
+    }
+    return 0;
+}
+
+static int body_reduce_scatter(flx_comm_h comm, int rank, int size, void *arg)
+{
+    size_t sizes[8];
+
+    (void)arg;
+    for (size_t d = 0; d < 6; d++) {
+        flx_dtype_t dt = all_dtypes[d];
+        size_t es = flx_dtype_size(dt);
+        size_t ns = sizes_for(size, dt, BIG_BYTES / (size_t)size, sizes);
+        for (size_t s = 0; s < ns; s++) {
+            for (int op = 0; op < FLX_OP_COUNT; op++) {
+                size_t rc_ = sizes[s], total = rc_ * (size_t)size;
+                int in_place = (int)((s + (size_t)op) & 1);
+                char *send = malloc(total * es + 1);
+                char *recv = in_place ? send : malloc(rc_ * es + 1);
+                flx_status_t st;
+                if (s == ns - 1 && op != FLX_SUM && op != FLX_MAX) {
+                    free(send);
+                    if (!in_place)
+                        free(recv);
+                    continue;
+                }
+                for (size_t i = 0; i < total; i++)
+                    put(send, i, dt, input_value(rank, i, op, dt));
+                st = flx_reduce_scatter(comm, send, recv, rc_, dt, op);
+                if (st != FLX_OK)
+                    return mp_fail(rank, "reduce_scatter %s %s n=%zu: %s", flx_dtype_name(dt),
+                                   flx_op_name(op), rc_, flx_status_string(st));
+                for (size_t i = 0; i < rc_; i++) {
+                    double want = reference(size, (size_t)rank * rc_ + i, op, dt);
+                    double got = get(recv, i, dt);
+                    if (!close_enough(got, want, dt, op))
+                        return mp_fail(rank, "reduce_scatter %s %s n=%zu%s: [%zu] = %g, want %g",
+                                       flx_dtype_name(dt), flx_op_name(op), rc_,
+                                       in_place ? " in place" : "", i, got, want);
+                }
+                free(send);
+                if (!in_place)
+                    free(recv);
+            }
+        }
+    }
+    return 0;
+}
+
+static int body_barrier_async(flx_comm_h comm, int rank, int size, void *arg)
+{
+    enum { NREQ = 4, COUNT = 100003 };
+    float *bufs[NREQ];
+    flx_request_h reqs[NREQ];
+    float *gathered = malloc(sizeof(float) * 7 * (size_t)size);
+    float mine[7];
+    flx_request_h greq;
+    flx_status_t st;
+
+    (void)arg;
+    for (int k = 0; k < 5; k++)
+        if ((st = flx_barrier(comm)) != FLX_OK)
+            return mp_fail(rank, "barrier: %s", flx_status_string(st));
+    /* several outstanding requests, completed out of order by the caller */
+    for (int q = 0; q < NREQ; q++) {
+        bufs[q] = malloc(sizeof(float) * COUNT);
+        for (size_t i = 0; i < COUNT; i++)
+            bufs[q][i] = (float)input_value(rank + q, i, FLX_SUM, FLX_FLOAT32);
+        st = flx_iallreduce(comm, bufs[q], bufs[q], COUNT, FLX_FLOAT32, FLX_SUM,
+                            q % 2 ? FLX_ALGO_TREE : FLX_ALGO_RING, &reqs[q]);
+        if (st != FLX_OK)
+            return mp_fail(rank, "iallreduce: %s", flx_status_string(st));
+    }
+    for (int i = 0; i < 7; i++)
+        mine[i] = (float)(rank * 10 + i);
+    if ((st = flx_iallgather(comm, mine, gathered, 7, FLX_FLOAT32, FLX_ALGO_AUTO, &greq)) != FLX_OK)
+        return mp_fail(rank, "iallgather: %s", flx_status_string(st));
+    while ((st = flx_test(greq)) == FLX_INPROGRESS)
+        ;
+    if (st != FLX_OK)
+        return mp_fail(rank, "iallgather completion: %s", flx_status_string(st));
+    for (int r = 0; r < size; r++)
+        for (int i = 0; i < 7; i++)
+            if (gathered[r * 7 + i] != (float)(r * 10 + i))
+                return mp_fail(rank, "iallgather block %d [%d] = %g", r, i, gathered[r * 7 + i]);
+    for (int q = NREQ - 1; q >= 0; q--) {
+        if ((st = flx_wait(reqs[q])) != FLX_OK)
+            return mp_fail(rank, "iallreduce %d: %s", q, flx_status_string(st));
+        for (size_t i = 0; i < COUNT; i++) {
+            double want = 0;
+            for (int r = 0; r < size; r++)
+                want += input_value(r + q, i, FLX_SUM, FLX_FLOAT32);
+            if (bufs[q][i] != (float)want)
+                return mp_fail(rank, "iallreduce %d [%zu] = %g, want %g", q, i, bufs[q][i], want);
+        }
+        free(bufs[q]);
+    }
+    /* a blocking call after non-blocking ones runs after them */
+    if ((st = flx_barrier(comm)) != FLX_OK)
+        return mp_fail(rank, "barrier after async: %s", flx_status_string(st));
+    free(gathered);
+    return 0;
+}
+
+/* ---- test cases ------------------------------------------------------------ */
+
+static const int sizes_n[] = {1, 2, 3, 4, 5, 8};
+
+#define MP_TEST(name, body)                                                  \
+    START_TEST(name)                                                         \
+    {                                                                        \
+        int n = sizes_n[_i];                                                 \
+        int failed = mp_run(n, body, NULL, 240, NULL);                       \
+        ck_assert_msg(failed == 0, "%d of %d ranks failed", failed, n);      \
+    }                                                                        \
+    END_TEST
+
+MP_TEST(test_allreduce, body_allreduce)
+MP_TEST(test_allgather, body_allgather)
+MP_TEST(test_bcast, body_bcast)
+MP_TEST(test_reduce_scatter, body_reduce_scatter)
+MP_TEST(test_barrier_async, body_barrier_async)
+
+int main(void)
+{
+    Suite *s = suite_create("collectives");
+    TCase *tc = tcase_create("multi-process");
+    SRunner *sr;
+    int failed;
+
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_allreduce, 0, 6);
+    tcase_add_loop_test(tc, test_allgather, 0, 6);
+    tcase_add_loop_test(tc, test_bcast, 0, 6);
+    tcase_add_loop_test(tc, test_reduce_scatter, 0, 6);
+    tcase_add_loop_test(tc, test_barrier_async, 0, 6);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

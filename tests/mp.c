@@ -1,0 +1,146 @@
+/* mp.c -- fork real ranks for multi-process tests (see mp.h). */
+#include "tests/mp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MP_SECRET "flexcoll-test-secret"
+
+void mp_free_root(char *buf, size_t len)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t alen = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
+        perror("mp_free_root");
+        exit(99);
+    }
+    close(fd);
+    snprintf(buf, len, "127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+}
+
+flx_status_t mp_comm_create(int rank, int size, const char *root, flx_comm_h *comm_p)
+{
+    flx_comm_params_t p = {
+        .field_mask = FLX_COMM_PARAM_RANK | FLX_COMM_PARAM_SIZE | FLX_COMM_PARAM_ROOT |
+                      FLX_COMM_PARAM_SECRET,
+        .rank = rank,
+        .size = size,
+        .root = root,
+        .secret = MP_SECRET,
+    };
+    return flx_comm_create(&p, comm_p);
+}
+
+int mp_fail(int rank, const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "rank %d: ", rank);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    return 1;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct {
+    mp_body_t body;
+    mp_raw_body_t raw;
+    void *arg;
+} mp_job_t;
+
+static int mp_child(const mp_job_t *job, int rank, int size, const char *root)
+{
+    flx_comm_h comm;
+    flx_status_t st;
+    int rc;
+
+    if (job->raw)
+        return job->raw(rank, size, root, job->arg);
+    st = mp_comm_create(rank, size, root, &comm);
+    if (st != FLX_OK)
+        return mp_fail(rank, "flx_comm_create: %s", flx_status_string(st));
+    rc = job->body(comm, rank, size, job->arg);
+    st = flx_comm_destroy(comm);
+    if (st != FLX_OK && rc == 0)
+        rc = mp_fail(rank, "flx_comm_destroy: %s", flx_status_string(st));
+    return rc;
+}
+
+static int mp_launch(int size, const mp_job_t *job, double timeout_s, int *codes)
+{
+    char root[64];
+    pid_t *pids = calloc((size_t)size, sizeof(pid_t));
+    int failed = 0, left = size;
+    double deadline = now() + timeout_s;
+
+    mp_free_root(root, sizeof(root));
+    fflush(NULL);
+    for (int r = 0; r < size; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0)
+            _exit(mp_child(job, r, size, root));
+    }
+    while (left > 0) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid > 0) {
+            for (int r = 0; r < size; r++) {
+                if (pids[r] != pid)
+                    continue;
+                int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+                if (codes)
+                    codes[r] = code;
+                if (code != 0)
+                    failed++;
+                pids[r] = 0;
+                left--;
+            }
+            continue;
+        }
+        if (now() > deadline) {
+            fprintf(stderr, "mp_run: %d ranks still running after %.0f s: killing them\n",
+                    left, timeout_s);
+            for (int r = 0; r < size; r++)
+                if (pids[r] > 0)
+                    kill(pids[r], SIGKILL);
+            deadline = now() + 1e9;
+        }
+        usleep(2000);
+    }
+    free(pids);
+    return failed;
+}
+
+int mp_run(int size, mp_body_t body, void *arg, double timeout_s, int *exit_codes_p)
+{
+    mp_job_t job = {.body = body, .arg = arg};
+    return mp_launch(size, &job, timeout_s, exit_codes_p);
+}
+
+int mp_run_raw(int size, mp_raw_body_t body, void *arg, double timeout_s, int *exit_codes_p)
+{
+    mp_job_t job = {.raw = body, .arg = arg};
+    return mp_launch(size, &job, timeout_s, exit_codes_p);
+}

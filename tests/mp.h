@@ -1,0 +1,28 @@
+/* mp.h -- multi-process test harness: fork N real ranks that connect over
+ * real loopback sockets, run a body, and report through exit codes. */
+#ifndef FLX_TESTS_MP_H
+#define FLX_TESTS_MP_H
+
+#include "flexcoll.h"
+
+/* The body runs in rank's own process with a fresh communicator; it
+ * returns 0 on success (the child's exit code). */
+typedef int (*mp_body_t)(flx_comm_h comm, int rank, int size, void *arg);
+/* The raw variant creates no communicator (for bootstrap tests). */
+typedef int (*mp_raw_body_t)(int rank, int size, const char *root, void *arg);
+
+/* A free loopback port ("127.0.0.1:PORT") in buf. */
+void mp_free_root(char *buf, size_t len);
+/* Run body on size ranks; returns the number of ranks that failed (exit
+ * code != 0, signal, or still running after timeout_s, which are killed).
+ * exit_codes_p (size entries, may be NULL) receives each exit code, or
+ * 128+signal. */
+int mp_run(int size, mp_body_t body, void *arg, double timeout_s, int *exit_codes_p);
+int mp_run_raw(int size, mp_raw_body_t body, void *arg, double timeout_s, int *exit_codes_p);
+/* Create the communicator of a test rank explicitly. */
+flx_status_t mp_comm_create(int rank, int size, const char *root, flx_comm_h *comm_p);
+
+/* Print a failure from inside a rank and return 1. */
+int mp_fail(int rank, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif
