@@ -68,10 +68,18 @@ flx_status_t comm_enter(flx_comm_h comm)
     return FLX_OK;
 }
 
+void comm_record_error(flx_comm_h comm, flx_status_t st)
+{
+    if (st == FLX_OK || comm->err != FLX_OK)
+        return;
+    comm->err = st;
+    /* the communicator is broken: tell every peer, once */
+    comm->tl->fail(comm->tlctx, st, comm->coll_name ? comm->coll_name : "collective");
+}
+
 flx_status_t comm_leave(flx_comm_h comm, flx_status_t st)
 {
-    if (st != FLX_OK && comm->err == FLX_OK)
-        comm->err = st;
+    comm_record_error(comm, st);
     pthread_mutex_unlock(&comm->exec);
     return st;
 }

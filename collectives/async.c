@@ -35,8 +35,7 @@ static void *async_worker(void *arg)
                                           req->dtype, req->op, req->algo)
                      : comm_run_allgather(comm, req->sendbuf, req->recvbuf, req->count,
                                           req->dtype, req->algo);
-            if (st != FLX_OK && comm->err == FLX_OK)
-                comm->err = st;
+            comm_record_error(comm, st);
         }
         pthread_mutex_unlock(&comm->exec);
 

@@ -9,8 +9,8 @@
  * gathered total, count per rank).  Per size and placement (out-of-place,
  * then in-place with MPI_IN_PLACE): -w warm-up calls, barrier, -n timed
  * calls each timed on its own; time = mean of the slowest rank; min/p50/p99
- * of the out-of-place iterations, each iteration the slowest rank's
- * (nearest-rank percentiles).  -c 1 checks one call on exact data in an
+ * of the out-of-place iterations: each rank's nearest-rank percentiles, the
+ * slowest rank's of each.  -c 1 checks one call on exact data in an
  * untimed pass.  algbw = size / time (1e9 B/s); busbw = algbw * 2(n-1)/n
  * (allreduce), algbw * (n-1)/n (allgather).  Standalone: it does not use
  * flexcoll.
@@ -40,7 +40,7 @@ typedef struct {
     bench_args_t args;
     int rank, nranks;
     float *sendbuf, *recvbuf;
-    double *times, *times_max;
+    double *times;
     double bw_sum;
     long bw_count, wrong_rows;
 } bench_t;
@@ -253,7 +253,7 @@ static long long bench_wrong(const bench_t *b, size_t count)
 static int bench_case(bench_t *b, size_t count, size_t bytes, int in_place, bench_result_t *res)
 {
     int n = b->args.iters, rc;
-    double t0, t, prev;
+    double t0, t, prev, stats[4], stats_max[4];
     long long wrong;
 
     bench_prepare(b, count, in_place);
@@ -269,13 +269,17 @@ static int bench_case(bench_t *b, size_t count, size_t bytes, int in_place, benc
         b->times[it] = t - prev;
         prev = t;
     }
-    b->times[n] = (MPI_Wtime() - t0) / n;
-    MPI_Allreduce(b->times, b->times_max, n + 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    res->mean_s = b->times_max[n];
-    qsort(b->times_max, (size_t)n, sizeof(double), bench_cmp_double);
-    res->min_s = b->times_max[0];
-    res->p50_s = bench_percentile(b->times_max, n, 0.50);
-    res->p99_s = bench_percentile(b->times_max, n, 0.99);
+    /* this rank's mean, min, p50, p99; then the slowest rank's of each */
+    stats[0] = (MPI_Wtime() - t0) / n;
+    qsort(b->times, (size_t)n, sizeof(double), bench_cmp_double);
+    stats[1] = b->times[0];
+    stats[2] = bench_percentile(b->times, n, 0.50);
+    stats[3] = bench_percentile(b->times, n, 0.99);
+    MPI_Allreduce(stats, stats_max, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    res->mean_s = stats_max[0];
+    res->min_s = stats_max[1];
+    res->p50_s = stats_max[2];
+    res->p99_s = stats_max[3];
     res->algbw = (double)bytes / 1e9 / res->mean_s;
     res->busbw = res->algbw * (b->args.coll == BENCH_ALLREDUCE
                                    ? 2.0 * (b->nranks - 1) / b->nranks
@@ -328,8 +332,8 @@ static void bench_header(const bench_t *b)
     printf("# time  : mean time per iteration of the slowest rank (MPI_MAX over ranks)\n");
     printf("# algbw : size / time, GB/s = 1e9 B/s; busbw = algbw * %s\n",
            a->coll == BENCH_ALLREDUCE ? "2(n-1)/n" : "(n-1)/n, size = gathered total");
-    printf("# min, p50, p99 : per-iteration times of the out-of-place run, each iteration\n"
-           "#   the slowest rank's, nearest-rank percentiles over the %d iterations (us)\n#\n",
+    printf("# min, p50, p99 : per-iteration times of the out-of-place run: each rank's\n"
+           "#   nearest-rank percentiles over its %d iterations, the slowest rank's (us)\n#\n",
            a->iters);
     printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       "
            "in-place            out-of-place iterations\n",
@@ -412,9 +416,8 @@ int main(int argc, char **argv)
     recv_cap = b.args.max_bytes + sizeof(float) * (size_t)b.nranks;
     b.sendbuf = malloc(send_cap);
     b.recvbuf = malloc(recv_cap);
-    b.times = calloc((size_t)b.args.iters + 1, sizeof(double));
-    b.times_max = calloc((size_t)b.args.iters + 1, sizeof(double));
-    if (b.sendbuf == NULL || b.recvbuf == NULL || b.times == NULL || b.times_max == NULL) {
+    b.times = calloc((size_t)b.args.iters, sizeof(double));
+    if (b.sendbuf == NULL || b.recvbuf == NULL || b.times == NULL) {
         fprintf(stderr, "mpi-coll-bench: rank %d: out of memory\n", b.rank);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -429,7 +432,6 @@ int main(int argc, char **argv)
         printf("# Avg bus bandwidth    : %g \n", b.bw_count ? b.bw_sum / (double)b.bw_count : 0.0);
         printf("#\n# Collective test concluded: mpi-coll-bench\n");
     }
-    free(b.times_max);
     free(b.times);
     free(b.recvbuf);
     free(b.sendbuf);

@@ -5,8 +5,8 @@
  * environment, then for every (type, op) and every size of the sweep and for
  * out-of-place then in-place:
  *
- *   fill inputs -> warm-up calls -> barrier -> timed calls -> reduce the
- *   per-iteration times with FLX_MAX over ranks -> (check pass: fill, one
+ *   fill inputs -> warm-up calls -> barrier -> timed calls -> each rank's
+ *   mean, min, p50, p99 -> FLX_MAX over ranks -> (check pass: fill, one
  *   call, count wrong elements, FLX_SUM over ranks)
  *
  * Rank 0 prints one nccl-tests row per size and, with --csv, one CSV row per
@@ -540,8 +540,7 @@ typedef struct {
     int blocking;          /* effective -z (1 where the tool has no i-form) */
     void *sendbuf;
     void *recvbuf;
-    double *times;         /* iters per-iteration times, then the mean      */
-    double *times_max;     /* the same, max over ranks                      */
+    double *times;         /* iters per-iteration times                     */
     flx_request_h *reqs;   /* iters requests (non-blocking mode)            */
     FILE *csv;
     double bw_sum;         /* for "Avg bus bandwidth"                       */
@@ -638,7 +637,7 @@ static flx_status_t perf_run_case(perf_engine_t *eng, perf_case_t *c, perf_resul
     int n = eng->args.iters;
     flx_status_t st;
     int64_t wrong_local, wrong_all;
-    double t0;
+    double t0, stats[4], stats_max[4];
 
     coll->fill(c);
     if (eng->args.warmup > 0) {
@@ -654,17 +653,21 @@ static flx_status_t perf_run_case(perf_engine_t *eng, perf_case_t *c, perf_resul
     st = perf_run_iters(eng, c, n, eng->times);
     if (st != FLX_OK)
         return st;
-    eng->times[n] = (flx_time_now() - t0) / n;
-
-    st = flx_allreduce(eng->comm, eng->times, eng->times_max, (size_t)n + 1, FLX_FLOAT64,
-                       FLX_MAX, FLX_ALGO_AUTO);
+    /* this rank's mean, min, p50, p99; then the slowest rank's of each.
+     * (Ranks drift by a fraction of an iteration, so a per-iteration max
+     * over ranks would pair unrelated iterations.) */
+    stats[0] = (flx_time_now() - t0) / n;
+    qsort(eng->times, (size_t)n, sizeof(double), perf_cmp_double);
+    stats[1] = eng->times[0];
+    stats[2] = perf_percentile(eng->times, n, 0.50);
+    stats[3] = perf_percentile(eng->times, n, 0.99);
+    st = flx_allreduce(eng->comm, stats, stats_max, 4, FLX_FLOAT64, FLX_MAX, FLX_ALGO_AUTO);
     if (st != FLX_OK)
         return st;
-    res->mean_s = eng->times_max[n];
-    qsort(eng->times_max, (size_t)n, sizeof(double), perf_cmp_double);
-    res->min_s = eng->times_max[0];
-    res->p50_s = perf_percentile(eng->times_max, n, 0.50);
-    res->p99_s = perf_percentile(eng->times_max, n, 0.99);
+    res->mean_s = stats_max[0];
+    res->min_s = stats_max[1];
+    res->p50_s = stats_max[2];
+    res->p99_s = stats_max[3];
     res->algbw = res->mean_s > 0 ? (double)c->recv_bytes / 1.0e9 / res->mean_s : 0.0;
     res->busbw = res->algbw * coll->bus_factor(c->nranks);
     res->wrong = -1;
@@ -844,8 +847,8 @@ static flx_status_t perf_print_header(perf_engine_t *eng)
     printf("#\n");
     printf("# time  : mean time per iteration of the slowest rank (FLX_MAX over ranks)\n");
     printf("# algbw : size / time, GB/s = 1e9 B/s; busbw = %s\n", coll->busbw_doc);
-    printf("# min, p50, p99 : per-iteration times of the out-of-place run, each iteration\n"
-           "#   the slowest rank's, nearest-rank percentiles over the %d iterations (us)\n",
+    printf("# min, p50, p99 : per-iteration times of the out-of-place run: each rank's\n"
+           "#   nearest-rank percentiles over its %d iterations, the slowest rank's (us)\n",
            a->iters);
     if (!eng->blocking)
         printf("# non-blocking: all iterations issued, then flx_wait in order; an iteration's\n"
@@ -906,10 +909,9 @@ static int perf_engine_setup(perf_engine_t *eng)
         memset(eng->sendbuf, 0, send_cap ? send_cap : 64);
         memset(eng->recvbuf, 0, recv_cap ? recv_cap : 64);
     }
-    eng->times = calloc((size_t)n + 1, sizeof(double));
-    eng->times_max = calloc((size_t)n + 1, sizeof(double));
+    eng->times = calloc((size_t)n, sizeof(double));
     eng->reqs = calloc((size_t)n + (size_t)eng->args.warmup + 1, sizeof(flx_request_h));
-    if (fail == 0 && (eng->times == NULL || eng->times_max == NULL || eng->reqs == NULL)) {
+    if (fail == 0 && (eng->times == NULL || eng->reqs == NULL)) {
         fprintf(stderr, "%s: rank %d: out of memory\n", coll->name, eng->rank);
         fail = PERF_EXIT_FAIL;
     }
@@ -940,7 +942,6 @@ static void perf_engine_teardown(perf_engine_t *eng)
         fprintf(stderr, "%s: writing %s: %m\n", eng->coll->name, eng->args.csv_path);
     eng->csv = NULL;
     free(eng->reqs);
-    free(eng->times_max);
     free(eng->times);
     free(eng->recvbuf);
     free(eng->sendbuf);

@@ -24,6 +24,8 @@ static void req_finish(tl_req_t *req, flx_status_t st)
     req->complete = 1;
 }
 
+static int seq_ge(uint32_t a, uint32_t b) { return (int32_t)(a - b) >= 0; }
+
 static void hdr_from_tag(tcp_hdr_t *h, int type, const tl_tag_t *tag, size_t len)
 {
     memset(h, 0, sizeof(*h));
@@ -69,6 +71,7 @@ static void tcp_fail(tl_ctx_t *ctx, flx_status_t st, const char *why)
     flx_debug(NET, ctx->rank, "transport failed (%s): %s", flx_status_name(st), why);
     hdr_from_tag(&h, TCP_MSG_ERROR, NULL, 0);
     h.status = st;
+    h.seq = ctx->cur_seq; /* collectives before this one completed here */
     for (int p = 0; p < ctx->size; p++) {
         tcp_conn_t *c = &ctx->conns[p];
         if (c->fd < 0)
@@ -80,6 +83,67 @@ static void tcp_fail(tl_ctx_t *ctx, flx_status_t st, const char *why)
             (void)send(c->fd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
         shutdown(c->fd, SHUT_RDWR);
     }
+}
+
+/* Fail the requests of collective seq and later; earlier collectives may
+ * still complete (their messages were sent before the failure). */
+static void fail_from_seq(tl_ctx_t *ctx, flx_status_t st, uint32_t seq)
+{
+    if (!ctx->remote_failed || !seq_ge(seq, ctx->remote_seq)) {
+        ctx->remote_failed = 1;
+        ctx->remote_seq = seq;
+        ctx->remote_err = st;
+    }
+    for (int p = 0; p < ctx->size; p++) {
+        tcp_conn_t *c = &ctx->conns[p];
+        tl_req_t **pp = &c->posted_head, *last = NULL;
+        while (*pp) {
+            tl_req_t *r = *pp;
+            if (seq_ge(r->tag.seq, seq) && r != c->rreq) {
+                *pp = r->next;
+                req_finish(r, st);
+            } else {
+                last = r;
+                pp = &r->next;
+            }
+        }
+        c->posted_tail = last;
+        /* a send already on the wire finishes; the ones behind it do not go */
+        pp = c->sq_head ? &c->sq_head->next : &c->sq_head;
+        last = c->sq_head;
+        while (*pp) {
+            tl_req_t *r = *pp;
+            if (seq_ge(r->tag.seq, seq)) {
+                *pp = r->next;
+                req_finish(r, st);
+            } else {
+                last = r;
+                pp = &r->next;
+            }
+        }
+        c->sq_tail = last;
+    }
+}
+
+/* The peer of c is gone after reporting a failure: nothing more comes. */
+static void conn_fail_posted(tcp_conn_t *c, flx_status_t st)
+{
+    for (tl_req_t *r = c->posted_head; r; r = r->next)
+        req_finish(r, st);
+    c->posted_head = c->posted_tail = NULL;
+    c->rreq = NULL;
+}
+
+/* A request that can never run: the status it gets, or FLX_OK. */
+static flx_status_t req_doomed(tl_ctx_t *ctx, tcp_conn_t *c, const tl_tag_t *tag)
+{
+    if (ctx->err != FLX_OK)
+        return ctx->err;
+    if (ctx->remote_failed && seq_ge(tag->seq, ctx->remote_seq))
+        return ctx->remote_err;
+    if (c->errored)
+        return ctx->remote_failed ? ctx->remote_err : FLX_ERR_PEER_LOST;
+    return FLX_OK;
 }
 
 static flx_status_t tcp_error(tl_ctx_t *ctx) { return ctx->err; }
@@ -112,6 +176,12 @@ static int conn_send_progress(tl_ctx_t *ctx, tcp_conn_t *c)
         if (w < 0) {
             if (errno == EAGAIN || errno == EINTR)
                 return 0;
+            if (c->errored) { /* it said why it left: fail only what goes there */
+                for (tl_req_t *q = c->sq_head; q; q = q->next)
+                    req_finish(q, ctx->remote_err);
+                c->sq_head = c->sq_tail = NULL;
+                return 0;
+            }
             flx_error(NET, ctx->rank, "send to rank %d failed: %m", c->peer);
             tcp_fail(ctx, sock_errno_status(errno), "send failed");
             return -1;
@@ -139,9 +209,11 @@ static flx_status_t tcp_isend(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, cons
     req->tag = *tag;
     req->buf = (void *)buf;
     req->len = len;
-    if (ctx->err != FLX_OK) {
-        req_finish(req, ctx->err);
-        return ctx->err;
+    if (seq_ge(tag->seq, ctx->cur_seq))
+        ctx->cur_seq = tag->seq;
+    if ((req->status = req_doomed(ctx, c, tag)) != FLX_OK) {
+        req_finish(req, req->status);
+        return req->status;
     }
     hdr_from_tag((tcp_hdr_t *)req->priv, TCP_MSG_DATA, tag, len);
     if (c->sq_tail)
@@ -194,9 +266,11 @@ static flx_status_t tcp_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void
     req->tag = *tag;
     req->buf = buf;
     req->len = len;
-    if (ctx->err != FLX_OK) {
-        req_finish(req, ctx->err);
-        return ctx->err;
+    if (seq_ge(tag->seq, ctx->cur_seq))
+        ctx->cur_seq = tag->seq;
+    if ((req->status = req_doomed(ctx, c, tag)) != FLX_OK) {
+        req_finish(req, req->status);
+        return req->status;
     }
     for (tcp_unexp_t *u = c->unexp_head; u; u = u->next) {
         if (u->hdr.seq != tag->seq || u->claimed)
@@ -223,6 +297,10 @@ static flx_status_t tcp_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void
         free(u);
         req_finish(req, FLX_OK);
         return FLX_OK;
+    }
+    if (c->errored || (c->eof && ctx->remote_failed)) {
+        req_finish(req, ctx->remote_failed ? ctx->remote_err : FLX_ERR_PEER_LOST);
+        return req->status;
     }
     if (c->bye || c->eof) {
         flx_error(NET, ctx->rank, "rank %d has left the job; collective #%u cannot complete",
@@ -262,10 +340,14 @@ static int conn_dispatch_header(tl_ctx_t *ctx, tcp_conn_t *c)
     }
     if (h->type == TCP_MSG_ERROR) {
         flx_status_t st = h->status == FLX_ERR_MISMATCH ? FLX_ERR_MISMATCH : FLX_ERR_PEER_LOST;
-        flx_error(NET, ctx->rank, "rank %d failed (%s); failing this rank too", c->peer,
+        flx_error(NET, ctx->rank, "rank %d failed at collective #%u (%s); that and later "
+                  "collectives fail here too", c->peer, h->seq,
                   flx_status_string((flx_status_t)h->status));
-        tcp_fail(ctx, st, "peer failed");
-        return -1;
+        c->errored = 1;
+        fail_from_seq(ctx, st, h->seq);
+        /* what it sent before the failure has arrived: nothing more will */
+        conn_fail_posted(c, st);
+        return 0;
     }
     if (h->type != TCP_MSG_DATA) {
         flx_error(NET, ctx->rank, "rank %d sent unknown message type %u", c->peer, h->type);
@@ -400,6 +482,10 @@ static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c)
         }
         if (n == 0) {
             c->eof = 1;
+            if (c->errored) {
+                conn_fail_posted(c, ctx->remote_err);
+                return 0;
+            }
             if (!c->bye || c->posted_head || in_payload || c->rhdr_got) {
                 flx_error(NET, ctx->rank, "connection to rank %d closed%s", c->peer,
                           c->posted_head ? " while a collective waits for it"

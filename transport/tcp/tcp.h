@@ -44,6 +44,7 @@ typedef struct {
     int fd;
     int peer;
     int bye;                  /* the peer said goodbye                 */
+    int errored;              /* the peer reported its failure         */
     int eof;
     tl_req_t *sq_head, *sq_tail;
     tl_req_t *posted_head, *posted_tail;
@@ -60,7 +61,11 @@ struct tl_ctx {
     tcp_conn_t *conns;        /* [size], conns[rank].fd == -1          */
     struct pollfd *pfds;
     int *pfd_peer;
-    flx_status_t err;
+    flx_status_t err;         /* this rank failed: everything fails     */
+    int remote_failed;        /* a peer failed at collective remote_seq: */
+    uint32_t remote_seq;      /* that one and later ones fail here too   */
+    flx_status_t remote_err;
+    uint32_t cur_seq;         /* newest collective seen in a request     */
     flx_config_t cfg;
 };
 

@@ -1,0 +1,240 @@
+#!/usr/bin/env bash
+# compare-mpi.sh -- flexcoll against Open MPI on this host, over loopback only.
+#
+#   scripts/compare-mpi.sh [options] [BUILD_DIR]
+#
+# BUILD_DIR (or $FLX_BUILD, default: the current directory) holds flxrun,
+# flx-allreduce-perf and flx-allgather-perf.  The script builds
+# scripts/mpi-coll-bench.c with mpicc into a temporary directory, then for
+# each rank count N (default 2 and 4) runs R repetitions (default 5) of, in
+# alternating order,
+#
+#   flxrun -n N flx-allreduce-perf ...   vs  mpirun ... mpi-coll-bench allreduce ...
+#   flxrun -n N flx-allgather-perf ...   vs  mpirun ... mpi-coll-bench allgather ...
+#
+# over the same sizes (default 4 B .. 64 MiB, factor 2), float (sum for
+# allreduce), with the same warm-up / iteration scheme, and prints per
+# collective and N: size, the median over the repetitions of the out-of-place
+# time of flexcoll and of MPI, their ratio (MPI/flexcoll: > 1 means flexcoll
+# is faster) and both bus bandwidths (from the median times), then the 4 KiB
+# latency and the mean 1-64 MiB bus bandwidth.
+#
+# Loopback only: mpirun uses ob1 + btl tcp,self restricted to lo (and its
+# out-of-band channel to lo); flexcoll ranks rendezvous at 127.0.0.1 (flxrun)
+# and listen on lo (FLX_SOCKET_IFNAME=lo).  --bind-to none: the ranks may
+# outnumber the cores.
+set -euo pipefail
+
+prog=${0##*/}
+script_dir=$(cd "$(dirname "$0")" && pwd)
+
+usage() {
+    cat <<EOF
+usage: $prog [-r REPS] [-N "2 4"] [-b MIN] [-e MAX] [-n ITERS] [-w WARMUP]
+             [-c 0|1] [-k LOGDIR] [-t SECONDS] [BUILD_DIR]
+  BUILD_DIR  where flxrun and flx-*-perf are (default: \$FLX_BUILD or .)
+  -r REPS    repetitions of each run, alternating flexcoll and MPI (default 5)
+  -N LIST    rank counts (default "2 4")
+  -b MIN     smallest size (default 4)         -e MAX  largest size (default 64M)
+  -n ITERS   timed iterations (default 20)     -w N    warm-up iterations (default 5)
+  -c 0|1     correctness pass in both tools (untimed; default 1)
+  -k LOGDIR  keep every run's output in LOGDIR (default: a temporary directory, removed)
+  -t SECONDS time limit of one run (default 900)
+EOF
+}
+
+reps=5
+nlist="2 4"
+minb=4
+maxb=64M
+iters=20
+warmup=5
+check=1
+keep=""
+limit=900
+while getopts ":r:N:b:e:n:w:c:k:t:h" opt; do
+    case $opt in
+    r) reps=$OPTARG ;;
+    N) nlist=$OPTARG ;;
+    b) minb=$OPTARG ;;
+    e) maxb=$OPTARG ;;
+    n) iters=$OPTARG ;;
+    w) warmup=$OPTARG ;;
+    c) check=$OPTARG ;;
+    k) keep=$OPTARG ;;
+    t) limit=$OPTARG ;;
+    h) usage; exit 0 ;;
+    :) echo "$prog: option -$OPTARG needs a value" >&2; usage >&2; exit 2 ;;
+    *) echo "$prog: unknown option -$OPTARG" >&2; usage >&2; exit 2 ;;
+    esac
+done
+shift $((OPTIND - 1))
+if [ $# -gt 1 ]; then
+    usage >&2
+    exit 2
+fi
+build=${1:-${FLX_BUILD:-.}}
+
+case $reps in '' | *[!0-9]* | 0) echo "$prog: -r needs a positive integer" >&2; exit 2 ;; esac
+for n in $nlist; do
+    case $n in '' | *[!0-9]* | 0 | 1) echo "$prog: -N needs rank counts >= 2" >&2; exit 2 ;; esac
+done
+
+# ---- prerequisites ------------------------------------------------------------
+for tool in mpicc mpirun; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "$prog: error: $tool not found in PATH; install Open MPI" \
+             "(Debian: apt-get install openmpi-bin libopenmpi-dev)" >&2
+        exit 1
+    fi
+done
+if [ ! -d "$build" ]; then
+    echo "$prog: error: build directory '$build' does not exist" >&2
+    exit 1
+fi
+build=$(cd "$build" && pwd)
+for f in flxrun flx-allreduce-perf flx-allgather-perf; do
+    if [ ! -x "$build/$f" ]; then
+        echo "$prog: error: $build/$f not found or not executable" \
+             "(pass the build directory, or set FLX_BUILD; run make there first)" >&2
+        exit 1
+    fi
+done
+src=$script_dir/mpi-coll-bench.c
+if [ ! -r "$src" ]; then
+    echo "$prog: error: $src not found" >&2
+    exit 1
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/flx-compare-mpi.XXXXXX")
+cleanup() { rm -rf "$tmp"; }
+trap cleanup EXIT
+logdir=${keep:-$tmp/logs}
+mkdir -p "$logdir"
+results=$tmp/results.txt
+: >"$results"
+
+echo "# building mpi-coll-bench with $(command -v mpicc)" >&2
+if ! mpicc -O2 -o "$tmp/mpi-coll-bench" "$src" -lm 2>"$tmp/mpicc.log"; then
+    echo "$prog: error: mpicc failed:" >&2
+    cat "$tmp/mpicc.log" >&2
+    exit 1
+fi
+
+sweep=(-b "$minb" -e "$maxb" -f 2 -n "$iters" -w "$warmup" -c "$check")
+
+# run_one IMPL COLL N REP: run one benchmark, append its rows to $results as
+#   impl coll n rep size time_us busbw wrong
+run_one() {
+    local impl=$1 coll=$2 n=$3 rep=$4
+    local log=$logdir/$impl-$coll-n$n-rep$rep.log
+    local -a cmd
+    local t0 t1
+
+    if [ "$impl" = flexcoll ]; then
+        cmd=(env -u FLX_ROOT FLX_SOCKET_IFNAME=lo
+             "$build/flxrun" -n "$n" -t "$limit" "$build/flx-$coll-perf" "${sweep[@]}")
+    else
+        cmd=(timeout "$limit" mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$n"
+             --mca pml ob1 --mca btl "tcp,self" --mca btl_tcp_if_include lo
+             --mca oob_tcp_if_include lo "$tmp/mpi-coll-bench" "$coll" "${sweep[@]}")
+    fi
+    printf '# rep %d/%d  N=%d  %-9s %-8s ... ' "$rep" "$reps" "$n" "$coll" "$impl" >&2
+    t0=$(date +%s)
+    if ! "${cmd[@]}" >"$log" 2>&1; then
+        echo "FAILED" >&2
+        echo "$prog: error: this run failed: ${cmd[*]}" >&2
+        echo "--- last lines of $log:" >&2
+        tail -n 20 "$log" >&2
+        exit 1
+    fi
+    t1=$(date +%s)
+    echo "$((t1 - t0)) s" >&2
+    # flxrun prefixes each rank's lines with "[i] "; rows are the lines whose
+    # first field is a number: size count type redop root time algbw busbw #wrong ...
+    sed 's/^\[[0-9]*\] //' "$log" |
+        awk -v impl="$impl" -v coll="$coll" -v n="$n" -v rep="$rep" \
+            '$1 ~ /^[0-9]+$/ && NF >= 13 { print impl, coll, n, rep, $1, $6, $8, $9 }' \
+            >>"$results"
+    if ! grep -q '^# Out of bounds values : 0 OK' <(sed 's/^\[[0-9]*\] //' "$log"); then
+        echo "$prog: warning: $impl $coll N=$n rep $rep reported wrong results (see $log)" >&2
+    fi
+}
+
+for n in $nlist; do
+    for rep in $(seq 1 "$reps"); do
+        for coll in allreduce allgather; do
+            # alternate which one goes first, so neither always runs on a warmer machine
+            if [ $((rep % 2)) -eq 1 ]; then
+                run_one flexcoll "$coll" "$n" "$rep"
+                run_one mpi "$coll" "$n" "$rep"
+            else
+                run_one mpi "$coll" "$n" "$rep"
+                run_one flexcoll "$coll" "$n" "$rep"
+            fi
+        done
+    done
+done
+
+# ---- report -------------------------------------------------------------------
+echo
+echo "# flexcoll ($build) vs $(mpirun --version 2>&1 | head -n 1) over loopback"
+echo "# float, out-of-place, $iters iterations after $warmup warm-up, median of $reps runs per size;"
+echo "# ratio = MPI time / flexcoll time (> 1: flexcoll faster); busbw from the median times (GB/s)"
+for coll in allreduce allgather; do
+    for n in $nlist; do
+        awk -v coll="$coll" -v n="$n" -v reps="$reps" '
+        function median(list,    v, k, i, j, t) {
+            k = split(list, v, " ")
+            for (i = 2; i <= k; i++) {            # insertion sort, k is small
+                t = v[i] + 0
+                for (j = i - 1; j >= 1 && v[j] + 0 > t; j--) v[j + 1] = v[j]
+                v[j + 1] = t
+            }
+            if (k == 0) return -1
+            return k % 2 ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2
+        }
+        $2 == coll && $3 == n {
+            if (!($5 in seen)) { seen[$5] = 1; sizes[++ns] = $5 }
+            t[$1, $5] = t[$1, $5] " " $6
+            if ($8 != "N/A" && $8 + 0 > 0) bad[$1]++
+        }
+        END {
+            factor = coll == "allreduce" ? 2 * (n - 1) / n : (n - 1) / n
+            what = coll == "allreduce" ? "allreduce (float, sum)" : "allgather (float; size = gathered total)"
+            printf "\n== %s, N=%d ==\n", what, n
+            printf "%12s  %14s  %14s  %8s  %10s  %10s\n", "size (B)", "flexcoll (us)", "MPI (us)",
+                   "MPI/flx", "flx busbw", "MPI busbw"
+            lat_f = lat_m = -1; sf = sm = nb = 0
+            for (i = 1; i <= ns; i++) {
+                s = sizes[i]
+                f = median(t["flexcoll", s]); m = median(t["mpi", s])
+                bf = f > 0 ? factor * s / f / 1e3 : 0        # bytes/us/1e3 = GB/s
+                bm = m > 0 ? factor * s / m / 1e3 : 0
+                fs = f > 0 ? sprintf("%.2f", f) : "n/a"; fb = f > 0 ? sprintf("%.3f", bf) : "n/a"
+                ms = m > 0 ? sprintf("%.2f", m) : "n/a"; mb = m > 0 ? sprintf("%.3f", bm) : "n/a"
+                rs = (f > 0 && m > 0) ? sprintf("%.2f", m / f) : "n/a"
+                printf "%12d  %14s  %14s  %8s  %10s  %10s\n", s, fs, ms, rs, fb, mb
+                if (s == 4096) { lat_f = f; lat_m = m }
+                if (s >= 1048576 && s <= 67108864 && f > 0 && m > 0) { sf += bf; sm += bm; nb++ }
+            }
+            if (lat_f > 0 && lat_m > 0)
+                printf "4 KiB latency      : flexcoll %.2f us, MPI %.2f us, MPI/flexcoll %.2f\n",
+                       lat_f, lat_m, lat_m / lat_f
+            else
+                printf "4 KiB latency      : no 4096-byte row\n"
+            if (nb > 0)
+                printf "1-64 MiB busbw     : flexcoll %.3f GB/s, MPI %.3f GB/s (mean over %d sizes), flexcoll/MPI %.2f\n",
+                       sf / nb, sm / nb, nb, sm > 0 ? sf / sm : 0
+            else
+                printf "1-64 MiB busbw     : no rows between 1 and 64 MiB\n"
+            if (bad["flexcoll"] || bad["mpi"])
+                printf "WARNING: rows with wrong elements: flexcoll %d, MPI %d\n", bad["flexcoll"], bad["mpi"]
+        }' "$results"
+    done
+done
+if [ -n "$keep" ]; then
+    cp "$results" "$logdir/results.txt"
+    echo
+    echo "# logs and results.txt kept in $logdir"
+fi

@@ -1,0 +1,343 @@
+/* check_errors.c -- errors, not hangs: mismatched calls, a dead peer, a
+ * stranger at the root, a wrong secret, bad arguments and malformed
+ * environment values, each on real forked ranks over real sockets. */
+#include "tests/mp.h"
+#include "common/time.h"
+#include "transport/auth.h"
+#include "transport/sock.h"
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define SHORT_TIMEOUT "3s"
+
+static int is_error(flx_status_t st) { return st == FLX_ERR_MISMATCH || st == FLX_ERR_PEER_LOST; }
+
+/* exit code 10 + the status class, so the parent can check who saw what */
+static int code_of(flx_status_t st)
+{
+    return st == FLX_ERR_MISMATCH ? 10 : st == FLX_ERR_PEER_LOST ? 11
+         : st == FLX_ERR_TIMED_OUT ? 12 : st == FLX_OK ? 0 : 13;
+}
+
+/* ---- mismatches ----------------------------------------------------------- */
+
+typedef enum { MM_COUNT, MM_DTYPE, MM_KIND, MM_SKIP, MM_ALGO } mm_kind_t;
+
+static int body_mismatch(flx_comm_h comm, int rank, int size, void *arg)
+{
+    mm_kind_t kind = *(mm_kind_t *)arg;
+    float buf[4096] = {0}, out[4096 * 8];
+    flx_status_t st = FLX_OK;
+    double t0;
+
+    (void)size;
+    /* a good collective first: the communicator works */
+    if ((st = flx_allreduce(comm, buf, buf, 100, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO)) != FLX_OK)
+        return mp_fail(rank, "first allreduce: %s", flx_status_string(st));
+    t0 = flx_time_now();
+    switch (kind) {
+    case MM_COUNT:
+        st = flx_allreduce(comm, buf, buf, rank == 1 ? 1000 : 2000, FLX_FLOAT32, FLX_SUM,
+                           FLX_ALGO_RING);
+        break;
+    case MM_DTYPE:
+        st = flx_allreduce(comm, buf, buf, 1000, rank == 1 ? FLX_INT32 : FLX_FLOAT32, FLX_SUM,
+                           FLX_ALGO_RING);
+        break;
+    case MM_KIND:
+        st = rank == 1 ? flx_allgather(comm, buf, out, 100, FLX_FLOAT32, FLX_ALGO_RING)
+                       : flx_allreduce(comm, buf, buf, 100, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING);
+        break;
+    case MM_SKIP: /* rank 1 skips the barrier everybody else calls */
+        if (rank != 1)
+            st = flx_barrier(comm);
+        if (st == FLX_OK)
+            st = flx_allreduce(comm, buf, buf, 100, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RD);
+        break;
+    case MM_ALGO:
+        st = flx_allreduce(comm, buf, buf, 1000, FLX_FLOAT32, FLX_SUM,
+                           rank == 1 ? FLX_ALGO_TREE : FLX_ALGO_RING);
+        break;
+    }
+    if (flx_time_now() - t0 > 2.5)
+        return mp_fail(rank, "the mismatch took %.1f s to detect", flx_time_now() - t0);
+    if (!is_error(st))
+        return mp_fail(rank, "mismatch %d returned %s", kind, flx_status_string(st));
+    /* the communicator stays broken */
+    if (flx_barrier(comm) != st)
+        return mp_fail(rank, "later calls do not return the same error");
+    return code_of(st);
+}
+
+START_TEST(test_mismatch)
+{
+    mm_kind_t kind = (mm_kind_t)_i;
+    int codes[4], mismatches = 0;
+
+    setenv("FLX_TIMEOUT", "20s", 1);
+    mp_run(4, body_mismatch, &kind, 60, codes);
+    for (int r = 0; r < 4; r++) {
+        ck_assert_msg(codes[r] == 10 || codes[r] == 11, "kind %d rank %d exit %d", kind, r,
+                      codes[r]);
+        mismatches += codes[r] == 10;
+    }
+    ck_assert_msg(mismatches >= 2, "kind %d: only %d ranks saw FLX_ERR_MISMATCH", kind,
+                  mismatches);
+    unsetenv("FLX_TIMEOUT");
+}
+END_TEST
+
+/* ---- a dead peer ------------------------------------------------------------ */
+
+/* The last rank dies after a few collectives (exit without a goodbye,
+ * SIGKILL, or SIGSTOP); every survivor must get an error, and no call may
+ * take longer than FLX_TIMEOUT plus a margin. */
+static int body_dead_peer(flx_comm_h comm, int rank, int size, void *arg)
+{
+    static float buf[1 << 18];
+    int sig = *(int *)arg;
+    flx_status_t st = FLX_OK;
+
+    for (int k = 0; k < 60; k++) {
+        double t0 = flx_time_now();
+        if (rank == size - 1 && k == 5) {
+            if (sig)
+                raise(sig); /* SIGSTOP: stalls until the harness kills it */
+            _exit(0);
+        }
+        st = flx_allreduce(comm, buf, buf, 1 << 18, FLX_FLOAT32, FLX_SUM,
+                           k % 2 ? FLX_ALGO_TREE : FLX_ALGO_RING);
+        if (flx_time_now() - t0 > 3.0 + 2.0)
+            return mp_fail(rank, "a call took %.1f s", flx_time_now() - t0);
+        if (st != FLX_OK)
+            break;
+    }
+    if (st != FLX_ERR_PEER_LOST && st != FLX_ERR_TIMED_OUT)
+        return mp_fail(rank, "dead peer gave %s", flx_status_string(st));
+    return code_of(st);
+}
+
+START_TEST(test_dead_peer)
+{
+    static const int sigs[] = {0, SIGKILL, SIGSTOP};
+    int sig = sigs[_i], codes[3];
+
+    setenv("FLX_TIMEOUT", SHORT_TIMEOUT, 1);
+    mp_run(3, body_dead_peer, &sig, 30, codes);
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(codes[r] == 11 || codes[r] == 12, "signal %d rank %d exit %d", sig, r,
+                      codes[r]);
+    if (sig == SIGSTOP) /* the stalled rank was killed by the harness; others timed out */
+        ck_assert_int_eq(codes[2], 128 + SIGKILL);
+    unsetenv("FLX_TIMEOUT");
+}
+END_TEST
+
+/* ---- strangers at the root --------------------------------------------------- */
+
+/* rank 2 is not a rank: it plays three strangers at the root before the
+ * real rank 1 arrives; ranks 0 and 1 must form their job regardless */
+static int raw_strangers(int rank, int size, const char *root, void *arg)
+{
+    struct sockaddr_in addr;
+    flx_comm_h comm;
+    flx_status_t st;
+    float x[3] = {1, 2, 3};
+
+    (void)size;
+    (void)arg;
+    if (rank == 2) {
+        int fd_garbage, fd_silent, fd_wrong;
+        char junk[64];
+        auth_key_t wrong;
+        double deadline = flx_time_now() + 10;
+
+        sock_parse_addr(root, &addr);
+        memset(junk, 0xab, sizeof(junk));
+        if (sock_connect(&addr, deadline, &fd_silent) != FLX_OK)   /* says nothing */
+            return mp_fail(rank, "stranger could not connect");
+        if (sock_connect(&addr, deadline, &fd_garbage) != FLX_OK)
+            return mp_fail(rank, "stranger could not connect");
+        sock_send_all(fd_garbage, junk, sizeof(junk), deadline);    /* garbage */
+        auth_key_derive("not the secret", &wrong);
+        if (sock_connect(&addr, deadline, &fd_wrong) != FLX_OK)
+            return mp_fail(rank, "stranger could not connect");
+        st = auth_connect(fd_wrong, &wrong, AUTH_PURPOSE_BOOT, 1, 2, deadline);
+        if (st != FLX_ERR_AUTH)
+            return mp_fail(rank, "wrong secret was not refused: %s", flx_status_string(st));
+        sleep(3);
+        close(fd_silent);
+        close(fd_garbage);
+        close(fd_wrong);
+        return 0;
+    }
+    if (rank == 1)
+        usleep(500000); /* let the strangers in first */
+    st = mp_comm_create(rank, 2, root, &comm);
+    if (st != FLX_OK)
+        return mp_fail(rank, "comm_create with strangers around: %s", flx_status_string(st));
+    st = flx_allreduce(comm, x, x, 3, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO);
+    if (st != FLX_OK || x[0] != 2 || x[2] != 6)
+        return mp_fail(rank, "allreduce after strangers: %s %g", flx_status_string(st), x[0]);
+    flx_comm_destroy(comm);
+    return 0;
+}
+
+START_TEST(test_strangers)
+{
+    int codes[3];
+
+    setenv("FLX_HANDSHAKE_TIMEOUT", "1s", 1);
+    ck_assert_int_eq(mp_run_raw(3, raw_strangers, NULL, 60, codes), 0);
+    unsetenv("FLX_HANDSHAKE_TIMEOUT");
+}
+END_TEST
+
+/* a rank with another secret is refused; the root gives up at its deadline */
+static int raw_wrong_secret(int rank, int size, const char *root, void *arg)
+{
+    flx_comm_params_t p = {.field_mask = FLX_COMM_PARAM_RANK | FLX_COMM_PARAM_SIZE |
+                                         FLX_COMM_PARAM_ROOT | FLX_COMM_PARAM_SECRET,
+                           .rank = rank, .size = size, .root = root,
+                           .secret = rank == 1 ? "impostor" : "flexcoll-test-secret"};
+    flx_comm_h comm;
+    flx_status_t st = flx_comm_create(&p, &comm);
+
+    (void)arg;
+    if (st == FLX_OK)
+        return mp_fail(rank, "a job with mismatched secrets formed");
+    return rank == 1 ? (st == FLX_ERR_AUTH ? 0 : mp_fail(rank, "got %s", flx_status_string(st)))
+                     : (st == FLX_ERR_TIMED_OUT ? 0 : mp_fail(rank, "got %s", flx_status_string(st)));
+}
+
+START_TEST(test_wrong_secret)
+{
+    setenv("FLX_CONNECT_TIMEOUT", "2s", 1);
+    ck_assert_int_eq(mp_run_raw(2, raw_wrong_secret, NULL, 30, NULL), 0);
+    unsetenv("FLX_CONNECT_TIMEOUT");
+}
+END_TEST
+
+/* ---- bad arguments leave the communicator working ---------------------------- */
+
+static int body_bad_args(flx_comm_h comm, int rank, int size, void *arg)
+{
+    float a[16] = {1}, big[64];
+    flx_request_h req;
+
+    (void)arg;
+#define EXPECT_INVALID(call)                                                          \
+    do {                                                                              \
+        flx_status_t st_ = (call);                                                    \
+        if (st_ != FLX_ERR_INVALID_ARG)                                               \
+            return mp_fail(rank, "%s returned %s", #call, flx_status_string(st_));   \
+    } while (0)
+    EXPECT_INVALID(flx_allreduce(NULL, a, a, 4, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO));
+    EXPECT_INVALID(flx_allreduce(comm, a, a, 4, (flx_dtype_t)42, FLX_SUM, FLX_ALGO_AUTO));
+    EXPECT_INVALID(flx_allreduce(comm, a, a, 4, FLX_FLOAT32, (flx_op_t)9, FLX_ALGO_AUTO));
+    EXPECT_INVALID(flx_allreduce(comm, a, a, 4, FLX_FLOAT32, FLX_SUM, (flx_algo_t)7));
+    EXPECT_INVALID(flx_allreduce(comm, NULL, a, 4, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO));
+    EXPECT_INVALID(flx_allreduce(comm, a, a + 1, 4, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO));
+    EXPECT_INVALID(flx_allreduce(comm, a, a, (size_t)1 << 62, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO));
+    EXPECT_INVALID(flx_broadcast(comm, a, 4, FLX_FLOAT32, size));
+    EXPECT_INVALID(flx_broadcast(comm, a, 4, FLX_FLOAT32, -1));
+    EXPECT_INVALID(flx_allgather(comm, big + 1, big, 4, FLX_FLOAT32, FLX_ALGO_AUTO));
+    EXPECT_INVALID(flx_reduce_scatter(comm, big, big + 1, 4, FLX_FLOAT32, FLX_SUM));
+    EXPECT_INVALID(flx_iallreduce(comm, a, a, 4, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO, NULL));
+    EXPECT_INVALID(flx_barrier(NULL));
+    EXPECT_INVALID(flx_wait(NULL));
+    (void)req;
+    /* none of that touched the wire: a real collective still works */
+    a[0] = (float)rank;
+    if (flx_allreduce(comm, a, a, 1, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO) != FLX_OK ||
+        a[0] != (float)(size * (size - 1) / 2))
+        return mp_fail(rank, "allreduce after bad arguments gave %g", a[0]);
+    return 0;
+}
+
+START_TEST(test_bad_args)
+{
+    ck_assert_int_eq(mp_run(3, body_bad_args, NULL, 30, NULL), 0);
+}
+END_TEST
+
+/* ---- malformed environment ----------------------------------------------------- */
+
+START_TEST(test_bad_env)
+{
+    static const char *const bad[][2] = {
+        {"FLX_TIMEOUT", "soon"}, {"FLX_CHUNK_SIZE", "12q"}, {"FLX_ALGO", "fastest"},
+        {"FLX_NET", "carrier-pigeon"}, {"FLX_RANK", "x"}, {"FLX_ROOT", "nohostport"},
+        {"OMPI_COMM_WORLD_RANK", "7"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        flx_comm_h comm = NULL;
+        flx_status_t st;
+        setenv(bad[i][0], bad[i][1], 1);
+        if (strcmp(bad[i][0], "OMPI_COMM_WORLD_RANK") == 0)
+            setenv("OMPI_COMM_WORLD_SIZE", "4", 1);   /* rank 7 of 4 */
+        if (strcmp(bad[i][0], "FLX_ROOT") == 0) {
+            setenv("FLX_RANK", "1", 1);
+            setenv("FLX_SIZE", "2", 1);
+            setenv("FLX_JOB_SECRET", "s", 1);
+        }
+        st = flx_comm_create(NULL, &comm);
+        ck_assert_msg(st == FLX_ERR_CONFIG || st == FLX_ERR_INVALID_ARG,
+                      "%s=%s gave %s", bad[i][0], bad[i][1], flx_status_name(st));
+        ck_assert_ptr_null(comm);
+        unsetenv(bad[i][0]);
+        unsetenv("OMPI_COMM_WORLD_SIZE");
+        unsetenv("FLX_RANK");
+        unsetenv("FLX_SIZE");
+        unsetenv("FLX_JOB_SECRET");
+    }
+    /* two ranks but no secret anywhere */
+    setenv("FLX_RANK", "0", 1);
+    setenv("FLX_SIZE", "2", 1);
+    {
+        flx_comm_h comm = NULL;
+        ck_assert_int_eq(flx_comm_create(NULL, &comm), FLX_ERR_CONFIG);
+    }
+    unsetenv("FLX_RANK");
+    unsetenv("FLX_SIZE");
+    /* nothing set: a single rank that works */
+    {
+        flx_comm_h comm = NULL;
+        double v = 3;
+        ck_assert_int_eq(flx_comm_create(NULL, &comm), FLX_OK);
+        ck_assert_int_eq(flx_comm_size(comm), 1);
+        ck_assert_int_eq(flx_allreduce(comm, &v, &v, 1, FLX_FLOAT64, FLX_SUM, FLX_ALGO_AUTO), FLX_OK);
+        ck_assert(v == 3);
+        flx_comm_destroy(comm);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("errors");
+    TCase *tc = tcase_create("errors");
+    SRunner *sr;
+    int failed;
+
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_mismatch, MM_COUNT, MM_ALGO + 1);
+    tcase_add_loop_test(tc, test_dead_peer, 0, 3);
+    tcase_add_test(tc, test_strangers);
+    tcase_add_test(tc, test_wrong_secret);
+    tcase_add_test(tc, test_bad_args);
+    tcase_add_test(tc, test_bad_env);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

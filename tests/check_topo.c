@@ -1,0 +1,675 @@
+/* check_topo.c -- unit tests of the pure topology functions
+ * (collectives/topo.h) and of the alpha-beta cost model (collectives/coll.h).
+ *
+ * Every structural property is checked against an independent reference:
+ * the tree relations are re-derived by walking the children lists the
+ * functions return, and the model's times against the formulas written out
+ * in model.c's header comment. */
+#include "collectives/coll.h"
+#include "collectives/topo.h"
+
+#include <check.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_N 33
+
+/* relative comparison for model times (the formulas are evaluated in the
+ * same order, so the tolerance only absorbs contraction by the compiler) */
+#define ck_assert_time_eq(got, want)                                         \
+    ck_assert_msg(fabs((got) - (want)) <= 1e-12 * fabs(want) + 1e-300,      \
+                  "%s = %.17g, expected %.17g", #got, (double)(got),          \
+                  (double)(want))
+
+/* ---------------------------------------------------------------------- */
+/* topo_mod and the ring                                                   */
+/* ---------------------------------------------------------------------- */
+
+START_TEST(test_mod_table)
+{
+    static const struct { int a, n, want; } table[] = {
+        {0, 1, 0},    {5, 1, 0},     {-5, 1, 0},   {0, 5, 0},    {4, 5, 4},
+        {5, 5, 0},    {7, 5, 2},     {-1, 5, 4},   {-5, 5, 0},   {-6, 5, 4},
+        {-11, 5, 4},  {-1, 2, 1},    {-2, 2, 0},   {-3, 8, 5},   {13, 8, 5},
+        {INT_MAX, 2, 1}, {INT_MIN, 2, 0}, {INT_MIN, 7, 5}, {INT_MAX, 7, 1},
+    };
+
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+        ck_assert_msg(topo_mod(table[i].a, table[i].n) == table[i].want,
+                      "topo_mod(%d, %d) = %d, expected %d", table[i].a, table[i].n,
+                      topo_mod(table[i].a, table[i].n), table[i].want);
+}
+END_TEST
+
+START_TEST(test_mod_range)
+{
+    for (int n = 1; n <= 17; n++) {
+        for (int a = -200; a <= 200; a++) {
+            int m = topo_mod(a, n);
+            /* reference: the unique m in [0, n) with n | (a - m) */
+            ck_assert_int_ge(m, 0);
+            ck_assert_int_lt(m, n);
+            ck_assert_int_eq(((long long)a - m) % n, 0);
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_ring_next_prev)
+{
+    for (int n = 1; n <= 9; n++) {
+        int seen[9] = {0};
+        int r = 0;
+
+        for (int rank = 0; rank < n; rank++) {
+            int next = topo_ring_next(rank, n);
+            int prev = topo_ring_prev(rank, n);
+
+            ck_assert_int_eq(next, rank == n - 1 ? 0 : rank + 1);
+            ck_assert_int_eq(prev, rank == 0 ? n - 1 : rank - 1);
+            ck_assert_int_eq(topo_ring_prev(next, n), rank);
+            ck_assert_int_eq(topo_ring_next(prev, n), rank);
+        }
+        /* following next from 0 visits every rank once and closes the ring */
+        for (int step = 0; step < n; step++) {
+            ck_assert_int_eq(seen[r], 0);
+            seen[r] = 1;
+            r = topo_ring_next(r, n);
+        }
+        ck_assert_int_eq(r, 0);
+        for (int rank = 0; rank < n; rank++)
+            ck_assert_int_eq(seen[rank], 1);
+    }
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* topo_segment                                                            */
+/* ---------------------------------------------------------------------- */
+
+static void check_segments(size_t count, int nseg)
+{
+    size_t expect_off = 0, minlen = SIZE_MAX, maxlen = 0;
+    size_t base = count / (size_t)nseg, extra = count % (size_t)nseg;
+
+    for (int i = 0; i < nseg; i++) {
+        size_t off = (size_t)-1, len = (size_t)-1;
+
+        topo_segment(count, nseg, i, &off, &len);
+        ck_assert_msg(off == expect_off,
+                      "count %zu nseg %d seg %d: off %zu, expected %zu (not contiguous)",
+                      count, nseg, i, off, expect_off);
+        /* contract: the first count % nseg segments are one longer */
+        ck_assert_msg(len == base + ((size_t)i < extra ? 1 : 0),
+                      "count %zu nseg %d seg %d: len %zu", count, nseg, i, len);
+        minlen = len < minlen ? len : minlen;
+        maxlen = len > maxlen ? len : maxlen;
+        expect_off += len;
+    }
+    ck_assert_msg(expect_off == count, "count %zu nseg %d: segments cover %zu", count, nseg,
+                  expect_off);
+    ck_assert_msg(maxlen - minlen <= 1, "count %zu nseg %d: lengths %zu..%zu", count, nseg,
+                  minlen, maxlen);
+}
+
+START_TEST(test_segment_hand)
+{
+    static const struct { size_t count; int nseg, index; size_t off, len; } table[] = {
+        {10, 3, 0, 0, 4}, {10, 3, 1, 4, 3}, {10, 3, 2, 7, 3},
+        {2, 5, 0, 0, 1},  {2, 5, 1, 1, 1},  {2, 5, 2, 2, 0}, {2, 5, 4, 2, 0},
+        {0, 4, 0, 0, 0},  {0, 4, 3, 0, 0},
+        {7, 1, 0, 0, 7},
+        {9, 8, 0, 0, 2},  {9, 8, 1, 2, 1},  {9, 8, 7, 8, 1},
+        {7, 8, 6, 6, 1},  {7, 8, 7, 7, 0},
+    };
+
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+        size_t off, len;
+
+        topo_segment(table[i].count, table[i].nseg, table[i].index, &off, &len);
+        ck_assert_msg(off == table[i].off && len == table[i].len,
+                      "topo_segment(%zu, %d, %d) = (%zu, %zu), expected (%zu, %zu)",
+                      table[i].count, table[i].nseg, table[i].index, off, len, table[i].off,
+                      table[i].len);
+    }
+}
+END_TEST
+
+START_TEST(test_segment_cover)
+{
+    static const size_t counts[] = {0,    1,    2,     3,     5,     7,     8,
+                                    9,    15,   16,    17,    31,    32,    33,
+                                    63,   64,   65,    100,   1000,  1023,  1024,
+                                    1025, 4095, 65535, 65536, 65537, 1000003};
+    static const int nsegs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 1000};
+
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+        for (size_t s = 0; s < sizeof(nsegs) / sizeof(nsegs[0]); s++)
+            check_segments(counts[c], nsegs[s]);
+    /* count = nseg - 1, nseg, nseg + 1 for every nseg up to 64 */
+    for (int nseg = 1; nseg <= 64; nseg++) {
+        check_segments((size_t)nseg - 1, nseg);
+        check_segments((size_t)nseg, nseg);
+        check_segments((size_t)nseg + 1, nseg);
+        check_segments((size_t)nseg * 1000 + (size_t)nseg / 2, nseg);
+    }
+}
+END_TEST
+
+START_TEST(test_segment_large)
+{
+    static const size_t counts[] = {(size_t)1 << 32, ((size_t)1 << 40) + 3,
+                                    ((size_t)1 << 40) - 1, SIZE_MAX / 2 + 7, SIZE_MAX};
+    static const int nsegs[] = {1, 2, 3, 7, 8, 33, 1000};
+
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+        for (size_t s = 0; s < sizeof(nsegs) / sizeof(nsegs[0]); s++)
+            check_segments(counts[c], nsegs[s]);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* binary tree                                                             */
+/* ---------------------------------------------------------------------- */
+
+START_TEST(test_tree_picture)
+{
+    int ch[2];
+
+    /* the picture in topo.h, N = 7 */
+    ck_assert_int_eq(topo_tree_parent(0), -1);
+    ck_assert_int_eq(topo_tree_parent(1), 0);
+    ck_assert_int_eq(topo_tree_parent(2), 0);
+    ck_assert_int_eq(topo_tree_parent(3), 1);
+    ck_assert_int_eq(topo_tree_parent(4), 1);
+    ck_assert_int_eq(topo_tree_parent(5), 2);
+    ck_assert_int_eq(topo_tree_parent(6), 2);
+    ck_assert_int_eq(topo_tree_children(0, 7, ch), 2);
+    ck_assert(ch[0] == 1 && ch[1] == 2);
+    ck_assert_int_eq(topo_tree_children(2, 7, ch), 2);
+    ck_assert(ch[0] == 5 && ch[1] == 6);
+    ck_assert_int_eq(topo_tree_children(3, 7, ch), 0);
+    ck_assert_int_eq(topo_tree_children(2, 6, ch), 1);
+    ck_assert_int_eq(ch[0], 5);
+    ck_assert_int_eq(topo_tree_children(0, 1, ch), 0);
+    ck_assert_int_eq(topo_tree_children(0, 2, ch), 1);
+    ck_assert_int_eq(ch[0], 1);
+}
+END_TEST
+
+START_TEST(test_tree_structure)
+{
+    for (int n = 1; n <= MAX_N; n++) {
+        int nparents[MAX_N] = {0};
+        int depth[MAX_N];
+        int queue[MAX_N], head = 0, tail = 0, maxdepth = 0;
+
+        ck_assert_int_eq(topo_tree_parent(0), -1);
+        for (int p = 0; p < n; p++) {
+            int ch[2] = {-1, -1};
+            int k = topo_tree_children(p, n, ch);
+
+            ck_assert_int_ge(k, 0);
+            ck_assert_int_le(k, 2);
+            for (int j = 0; j < k; j++) {
+                ck_assert_int_gt(ch[j], 0);
+                ck_assert_int_lt(ch[j], n);
+                nparents[ch[j]]++;
+            }
+            /* c is a child of p iff parent(c) == p */
+            for (int c = 0; c < n; c++) {
+                int listed = 0;
+                for (int j = 0; j < k; j++)
+                    listed |= ch[j] == c;
+                ck_assert_msg(listed == (topo_tree_parent(c) == p),
+                              "N=%d: child %d of %d listed %d, parent %d", n, c, p, listed,
+                              topo_tree_parent(c));
+            }
+        }
+        /* every non-root rank has exactly one parent, the root none */
+        ck_assert_int_eq(nparents[0], 0);
+        for (int r = 1; r < n; r++) {
+            ck_assert_int_eq(nparents[r], 1);
+            ck_assert_int_ge(topo_tree_parent(r), 0);
+            ck_assert_int_lt(topo_tree_parent(r), r);
+        }
+        /* breadth-first from the root reaches every rank; the deepest level
+         * is topo_tree_depth */
+        for (int r = 0; r < n; r++)
+            depth[r] = -1;
+        depth[0] = 0;
+        queue[tail++] = 0;
+        while (head < tail) {
+            int p = queue[head++], ch[2];
+            int k = topo_tree_children(p, n, ch);
+            for (int j = 0; j < k; j++) {
+                ck_assert_int_eq(depth[ch[j]], -1);
+                depth[ch[j]] = depth[p] + 1;
+                maxdepth = depth[ch[j]] > maxdepth ? depth[ch[j]] : maxdepth;
+                queue[tail++] = ch[j];
+            }
+        }
+        ck_assert_int_eq(tail, n);
+        ck_assert_msg(topo_tree_depth(n) == maxdepth, "N=%d: depth %d, BFS depth %d", n,
+                      topo_tree_depth(n), maxdepth);
+    }
+}
+END_TEST
+
+START_TEST(test_tree_depth_table)
+{
+    static const int want[] = {/* N=1 */ 0, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 4};
+
+    for (int n = 1; n <= 16; n++)
+        ck_assert_int_eq(topo_tree_depth(n), want[n - 1]);
+    ck_assert_int_eq(topo_tree_depth(31), 4);
+    ck_assert_int_eq(topo_tree_depth(32), 5);
+    ck_assert_int_eq(topo_tree_depth(1 << 20), 20);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* binomial tree                                                           */
+/* ---------------------------------------------------------------------- */
+
+START_TEST(test_binomial_picture)
+{
+    static const struct { int rank, parent, n, ch[3]; } want[] = {
+        {0, -1, 3, {4, 2, 1}}, {1, 0, 0, {0}}, {2, 0, 1, {3}},    {3, 2, 0, {0}},
+        {4, 0, 2, {6, 5}},     {5, 4, 0, {0}}, {6, 4, 1, {7}},    {7, 6, 0, {0}},
+    };
+
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        int ch[32], nch = -1;
+        int parent = topo_binomial(want[i].rank, 8, 0, ch, &nch);
+
+        ck_assert_int_eq(parent, want[i].parent);
+        ck_assert_int_eq(nch, want[i].n);
+        for (int j = 0; j < nch; j++)
+            ck_assert_int_eq(ch[j], want[i].ch[j]);
+    }
+    /* the same tree rotated to root 5 of 8: virtual rank + 5 */
+    {
+        int ch[32], nch = -1;
+        ck_assert_int_eq(topo_binomial(5, 8, 5, ch, &nch), -1);
+        ck_assert_int_eq(nch, 3);
+        ck_assert(ch[0] == 1 && ch[1] == 7 && ch[2] == 6);
+        ck_assert_int_eq(topo_binomial(4, 8, 5, ch, &nch), 3); /* v=7 <- v=6 */
+        ck_assert_int_eq(nch, 0);
+    }
+}
+END_TEST
+
+START_TEST(test_binomial_structure)
+{
+    for (int n = 1; n <= MAX_N; n++) {
+        int ceil_log2 = 0;
+
+        while ((1 << ceil_log2) < n)
+            ceil_log2++;
+        for (int root = 0; root < n; root++) {
+            int parent[MAX_N], nch[MAX_N], ch[MAX_N][32];
+            int nparents[MAX_N] = {0}, round[MAX_N];
+            int queue[MAX_N], head = 0, tail = 0, maxround = 0;
+
+            for (int r = 0; r < n; r++) {
+                nch[r] = -1;
+                parent[r] = topo_binomial(r, n, root, ch[r], &nch[r]);
+                ck_assert_int_ge(nch[r], 0);
+                ck_assert_int_le(nch[r], 32);
+                ck_assert_msg((parent[r] == -1) == (r == root),
+                              "N=%d root %d: rank %d has parent %d", n, root, r, parent[r]);
+                if (r != root) {
+                    ck_assert_int_ge(parent[r], 0);
+                    ck_assert_int_lt(parent[r], n);
+                }
+                /* rotation: rank r with root is virtual rank r-root with root 0 */
+                {
+                    int vch[32], vn = -1;
+                    int vp = topo_binomial((r - root + n) % n, n, 0, vch, &vn);
+                    ck_assert_int_eq(vn, nch[r]);
+                    ck_assert_int_eq(parent[r], vp < 0 ? -1 : (vp + root) % n);
+                    for (int j = 0; j < vn; j++)
+                        ck_assert_int_eq(ch[r][j], (vch[j] + root) % n);
+                }
+            }
+            for (int p = 0; p < n; p++) {
+                for (int j = 0; j < nch[p]; j++) {
+                    int c = ch[p][j];
+                    ck_assert_int_ge(c, 0);
+                    ck_assert_int_lt(c, n);
+                    ck_assert_int_ne(c, root);
+                    /* a listed child names p as its parent */
+                    ck_assert_msg(parent[c] == p, "N=%d root %d: %d lists %d, whose parent is %d",
+                                  n, root, p, c, parent[c]);
+                    nparents[c]++;
+                }
+            }
+            /* every non-root rank is in exactly one children list, so
+             * "parent(c) == p" implies "c listed by p" as well */
+            for (int r = 0; r < n; r++)
+                ck_assert_int_eq(nparents[r], r == root ? 0 : 1);
+
+            /* schedule: a rank sends to its children one per round, in the
+             * listed order, starting the round after it received */
+            for (int r = 0; r < n; r++)
+                round[r] = -1;
+            round[root] = 0;
+            queue[tail++] = root;
+            while (head < tail) {
+                int p = queue[head++];
+                for (int j = 0; j < nch[p]; j++) {
+                    int c = ch[p][j];
+                    ck_assert_int_eq(round[c], -1);
+                    round[c] = round[p] + j + 1;
+                    maxround = round[c] > maxround ? round[c] : maxround;
+                    queue[tail++] = c;
+                }
+            }
+            ck_assert_msg(tail == n, "N=%d root %d: %d of %d ranks reachable", n, root, tail, n);
+            ck_assert_msg(maxround <= ceil_log2, "N=%d root %d: %d rounds > ceil(log2 N) = %d",
+                          n, root, maxround, ceil_log2);
+            if ((n & (n - 1)) == 0)
+                ck_assert_int_eq(maxround, ceil_log2);
+        }
+    }
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* recursive doubling, pow2 floor, log2 ceil                               */
+/* ---------------------------------------------------------------------- */
+
+START_TEST(test_rd_mapping)
+{
+    for (int n = 1; n <= 70; n++) {
+        int p = 1, seen[128] = {0}, active = 0;
+
+        while (p * 2 <= n)
+            p *= 2;
+        ck_assert_int_eq(topo_pow2_floor(n), p);
+        for (int r = 0; r < n; r++) {
+            int nr = topo_rd_newrank(r, n);
+            int sits_out = r < 2 * (n - p) && r % 2 == 0;
+
+            ck_assert_msg((nr == -1) == sits_out, "N=%d rank %d: newrank %d", n, r, nr);
+            if (nr == -1)
+                continue;
+            ck_assert_int_ge(nr, 0);
+            ck_assert_int_lt(nr, p);
+            ck_assert_int_eq(seen[nr], 0);
+            seen[nr] = 1;
+            active++;
+            ck_assert_int_eq(topo_rd_oldrank(nr, n), r);
+        }
+        ck_assert_int_eq(active, p);
+        for (int nr = 0; nr < p; nr++) {
+            int old = topo_rd_oldrank(nr, n);
+            ck_assert_int_ge(old, 0);
+            ck_assert_int_lt(old, n);
+            ck_assert_int_eq(topo_rd_newrank(old, n), nr);
+        }
+    }
+    /* N = 6: ranks 0 and 2 hand over to 1 and 3 */
+    ck_assert_int_eq(topo_rd_newrank(0, 6), -1);
+    ck_assert_int_eq(topo_rd_newrank(1, 6), 0);
+    ck_assert_int_eq(topo_rd_newrank(2, 6), -1);
+    ck_assert_int_eq(topo_rd_newrank(3, 6), 1);
+    ck_assert_int_eq(topo_rd_newrank(4, 6), 2);
+    ck_assert_int_eq(topo_rd_newrank(5, 6), 3);
+}
+END_TEST
+
+START_TEST(test_pow2_log2_tables)
+{
+    static const struct { int n, floor2, ceil_log2; } table[] = {
+        {1, 1, 0},     {2, 2, 1},     {3, 2, 2},     {4, 4, 2},       {5, 4, 3},
+        {6, 4, 3},     {7, 4, 3},     {8, 8, 3},     {9, 8, 4},       {15, 8, 4},
+        {16, 16, 4},   {17, 16, 5},   {31, 16, 5},   {32, 32, 5},     {33, 32, 6},
+        {1000, 512, 10}, {1024, 1024, 10}, {1025, 1024, 11},
+        {1 << 24, 1 << 24, 24}, {(1 << 24) + 1, 1 << 24, 25},
+    };
+
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+        ck_assert_msg(topo_pow2_floor(table[i].n) == table[i].floor2, "pow2_floor(%d) = %d",
+                      table[i].n, topo_pow2_floor(table[i].n));
+        ck_assert_msg(topo_log2_ceil(table[i].n) == table[i].ceil_log2, "log2_ceil(%d) = %d",
+                      table[i].n, topo_log2_ceil(table[i].n));
+    }
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* alpha-beta model                                                        */
+/* ---------------------------------------------------------------------- */
+
+static const double ALPHA = 20e-6, BETA = 1e9, CHUNK = 256 * 1024;
+static const flx_algo_t ALLREDUCE_ALGOS[] = {FLX_ALGO_RING, FLX_ALGO_TREE, FLX_ALGO_RD};
+
+START_TEST(test_model_ring_formula)
+{
+    static const int ns[] = {2, 3, 4, 5, 8, 16, 33, 128};
+    static const double sizes[] = {0, 1, 8, 1000, 1 << 20, 64.0 * (1 << 20)};
+
+    for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+        for (size_t j = 0; j < sizeof(sizes) / sizeof(sizes[0]); j++) {
+            double n = ns[i], s = sizes[j];
+            double want = 2 * (n - 1) * ALPHA + 2 * (n - 1) / n * s / BETA;
+            ck_assert_time_eq(model_allreduce_time(FLX_ALGO_RING, ns[i], s, ALPHA, BETA, CHUNK),
+                              want);
+        }
+    }
+    /* by hand: N=4, S=1e6, alpha=10us, beta=1 GB/s: 6e-5 + 1.5e-3 */
+    ck_assert_time_eq(model_allreduce_time(FLX_ALGO_RING, 4, 1e6, 1e-5, 1e9, CHUNK), 1.56e-3);
+}
+END_TEST
+
+START_TEST(test_model_tree_rd_formula)
+{
+    /* tree: 2 depth (alpha + c/beta) + (k+1) S/beta with c = min(chunk, S),
+     * k = min(2, N-1).  N=4: depth 2, k 2, c 262144:
+     * 4 (1e-5 + 2.62144e-4) + 3e-3 = 4.088576e-3 */
+    ck_assert_time_eq(model_allreduce_time(FLX_ALGO_TREE, 4, 1e6, 1e-5, 1e9, CHUNK), 4.088576e-3);
+    /* N=2: depth 1, k 1, S < chunk so c = S: 2 (1e-5 + 1e-4) + 2e-4 */
+    ck_assert_time_eq(model_allreduce_time(FLX_ALGO_TREE, 2, 1e5, 1e-5, 1e9, CHUNK), 4.2e-4);
+    /* rd: (log2 p + 2[N != p]) (alpha + S/beta) */
+    ck_assert_time_eq(model_allreduce_time(FLX_ALGO_RD, 4, 1e6, 1e-5, 1e9, CHUNK), 2 * 1.01e-3);
+    ck_assert_time_eq(model_allreduce_time(FLX_ALGO_RD, 5, 1e6, 1e-5, 1e9, CHUNK), 4 * 1.01e-3);
+    ck_assert_time_eq(model_allreduce_time(FLX_ALGO_RD, 7, 1e6, 1e-5, 1e9, CHUNK), 4 * 1.01e-3);
+    ck_assert_time_eq(model_allreduce_time(FLX_ALGO_RD, 8, 1e6, 1e-5, 1e9, CHUNK), 3 * 1.01e-3);
+    ck_assert_time_eq(model_allreduce_time(FLX_ALGO_RD, 2, 1e6, 1e-5, 1e9, CHUNK), 1 * 1.01e-3);
+    ck_assert_time_eq(model_allreduce_time(FLX_ALGO_RD, 3, 1e6, 1e-5, 1e9, CHUNK), 3 * 1.01e-3);
+    for (int n = 2; n <= MAX_N; n++) {
+        int depth = 0, p = 1, lg = 0;
+        double s = 3e6, c = CHUNK;
+
+        for (int last = n - 1; last > 0; last = (last - 1) / 2)
+            depth++;
+        while (p * 2 <= n) {
+            p *= 2;
+            lg++;
+        }
+        ck_assert_time_eq(model_allreduce_time(FLX_ALGO_TREE, n, s, ALPHA, BETA, CHUNK),
+                          2.0 * depth * (ALPHA + c / BETA) + ((n - 1 < 2 ? n - 1 : 2) + 1) * s / BETA);
+        ck_assert_time_eq(model_allreduce_time(FLX_ALGO_RD, n, s, ALPHA, BETA, CHUNK),
+                          (lg + (p != n ? 2 : 0)) * (ALPHA + s / BETA));
+    }
+}
+END_TEST
+
+START_TEST(test_model_n1_zero)
+{
+    static const double sizes[] = {0, 1, 1e6, 1e9};
+
+    for (size_t j = 0; j < sizeof(sizes) / sizeof(sizes[0]); j++) {
+        for (size_t a = 0; a < 3; a++)
+            ck_assert(model_allreduce_time(ALLREDUCE_ALGOS[a], 1, sizes[j], ALPHA, BETA, CHUNK) == 0);
+        ck_assert(model_allgather_time(FLX_ALGO_RING, 1, sizes[j], ALPHA, BETA) == 0);
+        ck_assert(model_allgather_time(FLX_ALGO_RD, 1, sizes[j], ALPHA, BETA) == 0);
+        ck_assert(model_bcast_time(0, 1, sizes[j], ALPHA, BETA, CHUNK) == 0);
+        ck_assert(model_bcast_time(1, 1, sizes[j], ALPHA, BETA, CHUNK) == 0);
+    }
+}
+END_TEST
+
+START_TEST(test_model_pick_allreduce)
+{
+    /* 8 bytes on 8 ranks: latency dominates, ring's 14 alpha loses to rd's 3 */
+    ck_assert_int_ne(model_pick_allreduce(8, 8, ALPHA, BETA, CHUNK), FLX_ALGO_RING);
+    ck_assert_int_eq(model_pick_allreduce(8, 8, ALPHA, BETA, CHUNK), FLX_ALGO_RD);
+    ck_assert_int_ne(model_pick_allreduce(8, 4, ALPHA, BETA, CHUNK), FLX_ALGO_RING);
+    ck_assert_int_ne(model_pick_allreduce(16, 1024, ALPHA, BETA, CHUNK), FLX_ALGO_RING);
+    /* 64 MiB: bandwidth dominates, ring moves 2(N-1)/N S */
+    ck_assert_int_eq(model_pick_allreduce(8, 64.0 * (1 << 20), ALPHA, BETA, CHUNK), FLX_ALGO_RING);
+    ck_assert_int_eq(model_pick_allreduce(5, 64.0 * (1 << 20), ALPHA, BETA, CHUNK), FLX_ALGO_RING);
+    ck_assert_int_eq(model_pick_allreduce(32, 64.0 * (1 << 20), ALPHA, BETA, CHUNK), FLX_ALGO_RING);
+    /* the pick is always the argmin of the three times */
+    for (int n = 2; n <= MAX_N; n++) {
+        for (double s = 1; s <= 1e9; s *= 3.7) {
+            flx_algo_t pick = model_pick_allreduce(n, s, ALPHA, BETA, CHUNK);
+            double tp = model_allreduce_time(pick, n, s, ALPHA, BETA, CHUNK);
+            ck_assert(pick == FLX_ALGO_RING || pick == FLX_ALGO_TREE || pick == FLX_ALGO_RD);
+            for (size_t a = 0; a < 3; a++)
+                ck_assert_msg(tp <= model_allreduce_time(ALLREDUCE_ALGOS[a], n, s, ALPHA, BETA, CHUNK),
+                              "N=%d S=%g: picked %d but %d is faster", n, s, pick,
+                              ALLREDUCE_ALGOS[a]);
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_model_monotonic)
+{
+    for (int n = 2; n <= MAX_N; n++) {
+        double prev_ar[3] = {0, 0, 0}, prev_ag[2] = {0, 0}, prev_bc[2] = {0, 0};
+
+        for (double s = 0; s <= 4e9; s = s < 1 ? 1 : s * 1.5) {
+            for (size_t a = 0; a < 3; a++) {
+                double t = model_allreduce_time(ALLREDUCE_ALGOS[a], n, s, ALPHA, BETA, CHUNK);
+                ck_assert_msg(t >= prev_ar[a], "allreduce algo %d N=%d: time drops at S=%g",
+                              ALLREDUCE_ALGOS[a], n, s);
+                ck_assert(t > 0);
+                prev_ar[a] = t;
+            }
+            for (int a = 0; a < 2; a++) {
+                double t = model_allgather_time(a ? FLX_ALGO_RD : FLX_ALGO_RING, n, s, ALPHA, BETA);
+                ck_assert(t >= prev_ag[a] && t > 0);
+                prev_ag[a] = t;
+            }
+            for (int chain = 0; chain < 2; chain++) {
+                double t = model_bcast_time(chain, n, s, ALPHA, BETA, CHUNK);
+                ck_assert_msg(t >= prev_bc[chain], "bcast chain=%d N=%d: time drops at S=%g",
+                              chain, n, s);
+                prev_bc[chain] = t;
+            }
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_model_allgather)
+{
+    for (int n = 2; n <= MAX_N; n++) {
+        int lg = 0;
+        double b = 12345;
+
+        while ((1 << lg) < n)
+            lg++;
+        ck_assert_time_eq(model_allgather_time(FLX_ALGO_RING, n, b, ALPHA, BETA),
+                          (n - 1) * (ALPHA + b / BETA));
+        /* bruck: ceil(log2 N) alpha + (N-1) b/beta + a positive local-copy term */
+        ck_assert_time_eq(model_allgather_time(FLX_ALGO_RD, n, 0, ALPHA, BETA), lg * ALPHA);
+        ck_assert(model_allgather_time(FLX_ALGO_RD, n, b, ALPHA, BETA) >
+                  lg * ALPHA + (n - 1) * b / BETA);
+        /* pick is the faster of the two */
+        for (double s = 1; s <= 1e9; s *= 4.1) {
+            flx_algo_t pick = model_pick_allgather(n, s, ALPHA, BETA);
+            double tr = model_allgather_time(FLX_ALGO_RING, n, s, ALPHA, BETA);
+            double tb = model_allgather_time(FLX_ALGO_RD, n, s, ALPHA, BETA);
+            ck_assert_int_eq(pick, tb < tr ? FLX_ALGO_RD : FLX_ALGO_RING);
+        }
+    }
+    ck_assert_int_eq(model_pick_allgather(8, 8, ALPHA, BETA), FLX_ALGO_RD);
+    ck_assert_int_eq(model_pick_allgather(8, 64.0 * (1 << 20), ALPHA, BETA), FLX_ALGO_RING);
+}
+END_TEST
+
+START_TEST(test_model_bcast)
+{
+    const double big = 64.0 * (1 << 20);
+
+    for (int n = 2; n <= MAX_N; n++) {
+        int lg = 0;
+
+        while ((1 << lg) < n)
+            lg++;
+        /* binomial: ceil(log2 N) (alpha + S/beta) */
+        ck_assert_time_eq(model_bcast_time(0, n, 1e6, ALPHA, BETA, CHUNK),
+                          lg * (ALPHA + 1e6 / BETA));
+        /* chain: (N-2 + S/c) (alpha + c/beta), c = min(chunk, S) */
+        ck_assert_time_eq(model_bcast_time(1, n, big, ALPHA, BETA, CHUNK),
+                          (n - 2 + big / CHUNK) * (ALPHA + CHUNK / BETA));
+        ck_assert_time_eq(model_bcast_time(1, n, 1000, ALPHA, BETA, CHUNK),
+                          (n - 2 + 1) * (ALPHA + 1000 / BETA));
+        ck_assert_int_eq(model_pick_bcast_chain(n, big, ALPHA, BETA, CHUNK),
+                         model_bcast_time(1, n, big, ALPHA, BETA, CHUNK) <
+                             model_bcast_time(0, n, big, ALPHA, BETA, CHUNK));
+    }
+    /* small messages: binomial; 64 MiB over 8 ranks: pipelined chain */
+    ck_assert_int_eq(model_pick_bcast_chain(8, 8, ALPHA, BETA, CHUNK), 0);
+    ck_assert_int_eq(model_pick_bcast_chain(8, 1024, ALPHA, BETA, CHUNK), 0);
+    ck_assert_int_eq(model_pick_bcast_chain(8, big, ALPHA, BETA, CHUNK), 1);
+    ck_assert_int_eq(model_pick_bcast_chain(32, big, ALPHA, BETA, CHUNK), 1);
+    /* two ranks: a chain is one hop split in chunks, never faster */
+    ck_assert_int_eq(model_pick_bcast_chain(2, big, ALPHA, BETA, CHUNK), 0);
+    ck_assert_int_eq(model_pick_bcast_chain(1, big, ALPHA, BETA, CHUNK), 0);
+}
+END_TEST
+
+static Suite *topo_suite(void)
+{
+    Suite *s = suite_create("topo");
+    TCase *tc = tcase_create("topology");
+    TCase *tm = tcase_create("model");
+
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_mod_table);
+    tcase_add_test(tc, test_mod_range);
+    tcase_add_test(tc, test_ring_next_prev);
+    tcase_add_test(tc, test_segment_hand);
+    tcase_add_test(tc, test_segment_cover);
+    tcase_add_test(tc, test_segment_large);
+    tcase_add_test(tc, test_tree_picture);
+    tcase_add_test(tc, test_tree_structure);
+    tcase_add_test(tc, test_tree_depth_table);
+    tcase_add_test(tc, test_binomial_picture);
+    tcase_add_test(tc, test_binomial_structure);
+    tcase_add_test(tc, test_rd_mapping);
+    tcase_add_test(tc, test_pow2_log2_tables);
+    suite_add_tcase(s, tc);
+
+    tcase_set_timeout(tm, 30);
+    tcase_add_test(tm, test_model_ring_formula);
+    tcase_add_test(tm, test_model_tree_rd_formula);
+    tcase_add_test(tm, test_model_n1_zero);
+    tcase_add_test(tm, test_model_pick_allreduce);
+    tcase_add_test(tm, test_model_monotonic);
+    tcase_add_test(tm, test_model_allgather);
+    tcase_add_test(tm, test_model_bcast);
+    suite_add_tcase(s, tm);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(topo_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
