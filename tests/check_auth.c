@@ -1,0 +1,628 @@
+/* check_auth.c -- unit tests of the connection handshake (transport/auth.h).
+ *
+ * Real handshakes run over a socketpair(AF_UNIX, SOCK_STREAM) with both ends
+ * non-blocking: one side runs in a thread, the other in the test.  Where a
+ * test plays one side by hand it follows the exchange drawn in auth.h and
+ * computes the HMACs itself with libsodium, so the wire format is checked
+ * too, not only that the two library halves agree with each other. */
+#include "common/time.h"
+#include "transport/auth.h"
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define CHAL_BYTES (AUTH_NONCE_BYTES + crypto_auth_hmacsha256_BYTES)
+
+/* ---------------------------------------------------------------------- */
+/* helpers                                                                 */
+/* ---------------------------------------------------------------------- */
+
+static void make_pair(int fds[2])
+{
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(fcntl(fds[i], F_SETFL, fcntl(fds[i], F_GETFL) | O_NONBLOCK), 0);
+}
+
+/* Read exactly len bytes within timeout seconds.  Returns the number read:
+ * len, fewer when the peer closed, or -1 on timeout. */
+static ssize_t read_full(int fd, void *buf, size_t len, double timeout)
+{
+    double deadline = flx_time_now() + timeout;
+    size_t got = 0;
+
+    while (got < len) {
+        ssize_t n = recv(fd, (char *)buf + got, len - got, 0);
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+
+        if (n > 0) {
+            got += (size_t)n;
+            continue;
+        }
+        if (n == 0)
+            return (ssize_t)got;
+        if (errno != EAGAIN && errno != EINTR)
+            return (ssize_t)got;
+        if (flx_time_now() > deadline)
+            return -1;
+        poll(&pfd, 1, 10);
+    }
+    return (ssize_t)got;
+}
+
+static void write_full(int fd, const void *buf, size_t len)
+{
+    size_t done = 0;
+
+    while (done < len) {
+        ssize_t n = send(fd, (const char *)buf + done, len - done, MSG_NOSIGNAL);
+        if (n > 0) {
+            done += (size_t)n;
+            continue;
+        }
+        ck_assert_msg(n < 0 && (errno == EAGAIN || errno == EINTR), "send: %s", strerror(errno));
+        poll(&(struct pollfd){.fd = fd, .events = POLLOUT}, 1, 10);
+    }
+}
+
+/* HMAC(key, role || hello || nonce), as auth.h draws it */
+static void proto_mac(const auth_key_t *key, char role, const uint8_t hello[AUTH_HELLO_BYTES],
+                      const uint8_t nonce[AUTH_NONCE_BYTES], uint8_t mac[32])
+{
+    uint8_t msg[1 + AUTH_HELLO_BYTES + AUTH_NONCE_BYTES];
+
+    msg[0] = (uint8_t)role;
+    memcpy(msg + 1, hello, AUTH_HELLO_BYTES);
+    memcpy(msg + 1 + AUTH_HELLO_BYTES, nonce, AUTH_NONCE_BYTES);
+    crypto_auth_hmacsha256(mac, msg, sizeof(msg), key->bytes);
+}
+
+/* one side of a handshake, run by the library in a thread */
+typedef struct {
+    pthread_t tid;
+    int accept;          /* 1: auth_accept, 0: auth_connect */
+    int fd;
+    int close_after;     /* close fd when the call returns */
+    auth_key_t key;
+    double deadline;
+    uint16_t purpose;
+    int rank, size;
+    flx_status_t st;
+    auth_hello_t hello;  /* acceptor's output */
+    double elapsed;
+} peer_t;
+
+static void *peer_main(void *arg)
+{
+    peer_t *p = arg;
+    double t0 = flx_time_now();
+
+    if (p->accept)
+        p->st = auth_accept(p->fd, &p->key, p->deadline, &p->hello);
+    else
+        p->st = auth_connect(p->fd, &p->key, p->purpose, p->rank, p->size, p->deadline);
+    p->elapsed = flx_time_now() - t0;
+    if (p->close_after)
+        close(p->fd);
+    return NULL;
+}
+
+static void peer_init(peer_t *p, int accept, int fd, const char *secret, double timeout)
+{
+    memset(p, 0, sizeof(*p));
+    p->accept = accept;
+    p->fd = fd;
+    p->close_after = 1;
+    auth_key_derive(secret, &p->key);
+    p->deadline = flx_time_now() + timeout;
+    p->purpose = AUTH_PURPOSE_MESH;
+    p->rank = 3;
+    p->size = 8;
+    p->st = FLX_INPROGRESS;
+    memset(&p->hello, 0xee, sizeof(p->hello));
+}
+
+static void peer_start(peer_t *p)
+{
+    ck_assert_int_eq(pthread_create(&p->tid, NULL, peer_main, p), 0);
+}
+
+static flx_status_t peer_join(peer_t *p)
+{
+    ck_assert_int_eq(pthread_join(p->tid, NULL), 0);
+    return p->st;
+}
+
+static int hello_untouched(const auth_hello_t *h)
+{
+    auth_hello_t sentinel;
+
+    memset(&sentinel, 0xee, sizeof(sentinel));
+    return memcmp(h, &sentinel, sizeof(sentinel)) == 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* HELLO encoding                                                          */
+/* ---------------------------------------------------------------------- */
+
+START_TEST(test_hello_encode_layout)
+{
+    auth_hello_t h = {.purpose = AUTH_PURPOSE_MESH, .rank = 0x01020304, .size = 0x05060708};
+    static const uint8_t head[16] = {0x46, 0x4c, 0x58, 0x42, /* "FLXB" */
+                                     0x00, 0x01, 0x00, 0x02, /* version 1, purpose 2 */
+                                     0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08};
+    uint8_t wire[AUTH_HELLO_BYTES];
+
+    ck_assert_int_eq(AUTH_HELLO_BYTES, 48);
+    for (int i = 0; i < AUTH_NONCE_BYTES; i++)
+        h.nonce[i] = (uint8_t)(0xa0 + i);
+    auth_hello_encode(&h, wire);
+    ck_assert_mem_eq(wire, head, sizeof(head));
+    ck_assert_mem_eq(wire + 16, h.nonce, AUTH_NONCE_BYTES);
+}
+END_TEST
+
+START_TEST(test_hello_roundtrip)
+{
+    static const struct { uint16_t purpose; int32_t rank, size; } cases[] = {
+        {AUTH_PURPOSE_BOOT, 0, 1},    {AUTH_PURPOSE_MESH, 3, 8},
+        {AUTH_PURPOSE_BOOT, 7, 8},    {AUTH_PURPOSE_MESH, 0, 2},
+        {AUTH_PURPOSE_MESH, (1 << 24) - 1, 1 << 24}, {AUTH_PURPOSE_BOOT, 0, INT32_MAX},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        auth_hello_t h = {.purpose = cases[i].purpose, .rank = cases[i].rank,
+                          .size = cases[i].size}, out;
+        uint8_t wire[AUTH_HELLO_BYTES];
+
+        randombytes_buf(h.nonce, sizeof(h.nonce));
+        auth_hello_encode(&h, wire);
+        memset(&out, 0, sizeof(out));
+        ck_assert_int_eq(auth_hello_decode(wire, &out), FLX_OK);
+        ck_assert_uint_eq(out.purpose, cases[i].purpose);
+        ck_assert_int_eq(out.rank, cases[i].rank);
+        ck_assert_int_eq(out.size, cases[i].size);
+        ck_assert_mem_eq(out.nonce, h.nonce, AUTH_NONCE_BYTES);
+    }
+}
+END_TEST
+
+/* a valid wire HELLO with one field replaced must be refused */
+static void expect_protocol_error(const uint8_t wire[AUTH_HELLO_BYTES], const char *what)
+{
+    auth_hello_t out;
+    auth_hello_t sentinel;
+
+    memset(&out, 0xee, sizeof(out));
+    memset(&sentinel, 0xee, sizeof(sentinel));
+    ck_assert_msg(auth_hello_decode(wire, &out) == FLX_ERR_PROTOCOL, "%s accepted", what);
+    ck_assert_msg(memcmp(&out, &sentinel, sizeof(out)) == 0, "%s: output written", what);
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+START_TEST(test_hello_reject)
+{
+    auth_hello_t h = {.purpose = AUTH_PURPOSE_MESH, .rank = 2, .size = 4};
+    uint8_t good[AUTH_HELLO_BYTES], w[AUTH_HELLO_BYTES];
+    static const uint32_t bad_vp[] = {
+        (0u << 16) | AUTH_PURPOSE_MESH, (2u << 16) | AUTH_PURPOSE_MESH,
+        (0xffffu << 16) | AUTH_PURPOSE_BOOT,                /* bad version */
+        (1u << 16) | 0, (1u << 16) | 3, (1u << 16) | 0xffff, /* bad purpose */
+    };
+    static const int32_t bad_rank_size[][2] = {
+        {4, 4}, {5, 4}, {0, 0}, {-1, 4}, {0, -1}, {INT32_MIN, 4}, {1, INT32_MIN}, {3, 0},
+    };
+
+    randombytes_buf(h.nonce, sizeof(h.nonce));
+    auth_hello_encode(&h, good);
+    {
+        auth_hello_t out;
+        ck_assert_int_eq(auth_hello_decode(good, &out), FLX_OK);
+    }
+    for (int byte = 0; byte < 4; byte++) {
+        memcpy(w, good, sizeof(w));
+        w[byte] ^= 0x20;
+        expect_protocol_error(w, "bad magic");
+    }
+    for (size_t i = 0; i < sizeof(bad_vp) / sizeof(bad_vp[0]); i++) {
+        memcpy(w, good, sizeof(w));
+        put_be32(w + 4, bad_vp[i]);
+        expect_protocol_error(w, "bad version/purpose");
+    }
+    for (size_t i = 0; i < sizeof(bad_rank_size) / sizeof(bad_rank_size[0]); i++) {
+        memcpy(w, good, sizeof(w));
+        put_be32(w + 8, (uint32_t)bad_rank_size[i][0]);
+        put_be32(w + 12, (uint32_t)bad_rank_size[i][1]);
+        expect_protocol_error(w, "bad rank/size");
+    }
+    memset(w, 0, sizeof(w));
+    expect_protocol_error(w, "all zeros");
+}
+END_TEST
+
+START_TEST(test_key_derive)
+{
+    auth_key_t a, b, c, e, zero;
+    char longsecret[1001];
+
+    memset(&zero, 0, sizeof(zero));
+    auth_key_derive("correct horse", &a);
+    auth_key_derive("correct horse", &b);
+    auth_key_derive("correct horsf", &c);
+    auth_key_derive("", &e);
+    ck_assert_mem_eq(a.bytes, b.bytes, AUTH_KEY_BYTES);
+    ck_assert(memcmp(a.bytes, c.bytes, AUTH_KEY_BYTES) != 0);
+    ck_assert(memcmp(a.bytes, e.bytes, AUTH_KEY_BYTES) != 0);
+    ck_assert(memcmp(e.bytes, zero.bytes, AUTH_KEY_BYTES) != 0);
+    memset(longsecret, 'x', 1000);
+    longsecret[1000] = '\0';
+    auth_key_derive(longsecret, &b);
+    longsecret[999] = 'y';
+    auth_key_derive(longsecret, &c);
+    ck_assert(memcmp(b.bytes, c.bytes, AUTH_KEY_BYTES) != 0);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* handshakes between the two library halves                               */
+/* ---------------------------------------------------------------------- */
+
+START_TEST(test_handshake_ok)
+{
+    static const struct { uint16_t purpose; int rank, size; } cases[] = {
+        {AUTH_PURPOSE_MESH, 3, 8}, {AUTH_PURPOSE_BOOT, 0, 1}, {AUTH_PURPOSE_BOOT, 63, 64},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int fds[2];
+        peer_t acc, con;
+
+        make_pair(fds);
+        peer_init(&acc, 1, fds[1], "job-42-secret", 5);
+        peer_init(&con, 0, fds[0], "job-42-secret", 5);
+        con.purpose = cases[i].purpose;
+        con.rank = cases[i].rank;
+        con.size = cases[i].size;
+        con.close_after = 0;
+        peer_start(&acc);
+        peer_main(&con); /* the connector runs in the test's thread */
+        ck_assert_int_eq(peer_join(&acc), FLX_OK);
+        ck_assert_int_eq(con.st, FLX_OK);
+        ck_assert_uint_eq(acc.hello.purpose, cases[i].purpose);
+        ck_assert_int_eq(acc.hello.rank, cases[i].rank);
+        ck_assert_int_eq(acc.hello.size, cases[i].size);
+        close(fds[0]);
+    }
+}
+END_TEST
+
+START_TEST(test_handshake_fresh_nonces)
+{
+    uint8_t first[AUTH_NONCE_BYTES];
+
+    for (int round = 0; round < 2; round++) {
+        int fds[2];
+        peer_t acc, con;
+
+        make_pair(fds);
+        peer_init(&acc, 1, fds[1], "s", 5);
+        peer_init(&con, 0, fds[0], "s", 5);
+        peer_start(&acc);
+        peer_main(&con);
+        ck_assert_int_eq(peer_join(&acc), FLX_OK);
+        ck_assert_int_eq(con.st, FLX_OK);
+        if (round == 0)
+            memcpy(first, acc.hello.nonce, sizeof(first));
+        else
+            ck_assert(memcmp(first, acc.hello.nonce, sizeof(first)) != 0);
+    }
+}
+END_TEST
+
+START_TEST(test_handshake_wrong_secret)
+{
+    for (int swap = 0; swap < 2; swap++) {
+        int fds[2];
+        peer_t acc, con;
+
+        make_pair(fds);
+        peer_init(&acc, 1, fds[1], swap ? "beta" : "alpha", 5);
+        peer_init(&con, 0, fds[0], swap ? "alpha" : "beta", 5);
+        peer_start(&acc);
+        peer_main(&con); /* closes its end when it gives up */
+        ck_assert_int_eq(con.st, FLX_ERR_AUTH);
+        peer_join(&acc);
+        /* the acceptor proves itself first, so a real connector detects the
+         * mismatch and hangs up before sending its proof: the acceptor
+         * must fail (and quickly), never succeed */
+        ck_assert_msg(acc.st == FLX_ERR_AUTH || acc.st == FLX_ERR_PEER_LOST,
+                      "acceptor: %s", flx_status_name(acc.st));
+        ck_assert(acc.elapsed < 2.0);
+        ck_assert(hello_untouched(&acc.hello));
+    }
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* one side played by hand                                                 */
+/* ---------------------------------------------------------------------- */
+
+/* connector by hand: the challenge carries HMAC(k, "A"|HELLO|Na); our proof
+ * is HMAC(k, "C"|HELLO|Na), the verdict is one byte 1.  With tamper set the
+ * proof has one bit flipped and the acceptor must refuse it. */
+static void hand_connector(int tamper)
+{
+    int fds[2];
+    peer_t acc;
+    auth_hello_t h = {.purpose = AUTH_PURPOSE_BOOT, .rank = 5, .size = 6};
+    uint8_t wire[AUTH_HELLO_BYTES], chal[CHAL_BYTES], mac[32], verdict = 0;
+
+    make_pair(fds);
+    peer_init(&acc, 1, fds[1], "hand-made", 5);
+    peer_start(&acc);
+    randombytes_buf(h.nonce, sizeof(h.nonce));
+    auth_hello_encode(&h, wire);
+    write_full(fds[0], wire, sizeof(wire));
+    ck_assert_int_eq(read_full(fds[0], chal, sizeof(chal), 5), CHAL_BYTES);
+    proto_mac(&acc.key, 'A', wire, chal, mac);
+    ck_assert_mem_eq(mac, chal + AUTH_NONCE_BYTES, 32);
+    proto_mac(&acc.key, 'C', wire, chal, mac);
+    if (tamper)
+        mac[17] ^= 0x04;
+    write_full(fds[0], mac, sizeof(mac));
+    if (tamper) {
+        ck_assert_int_eq(peer_join(&acc), FLX_ERR_AUTH);
+        ck_assert(hello_untouched(&acc.hello));
+        /* no verdict: the acceptor hung up */
+        ck_assert_int_eq(read_full(fds[0], &verdict, 1, 5), 0);
+    } else {
+        ck_assert_int_eq(read_full(fds[0], &verdict, 1, 5), 1);
+        ck_assert_uint_eq(verdict, 1);
+        ck_assert_int_eq(peer_join(&acc), FLX_OK);
+        ck_assert_uint_eq(acc.hello.purpose, AUTH_PURPOSE_BOOT);
+        ck_assert_int_eq(acc.hello.rank, 5);
+        ck_assert_int_eq(acc.hello.size, 6);
+        ck_assert_mem_eq(acc.hello.nonce, h.nonce, AUTH_NONCE_BYTES);
+    }
+    close(fds[0]);
+}
+
+START_TEST(test_acceptor_wire_protocol) { hand_connector(0); }
+END_TEST
+
+START_TEST(test_acceptor_rejects_bad_proof) { hand_connector(1); }
+END_TEST
+
+/* acceptor by hand: a challenge whose MAC is not made with the secret must
+ * be refused, and the connector must not reveal its proof */
+START_TEST(test_connector_rejects_bad_challenge)
+{
+    for (int variant = 0; variant < 2; variant++) {
+        int fds[2];
+        peer_t con;
+        uint8_t wire[AUTH_HELLO_BYTES], chal[CHAL_BYTES], extra[64];
+        auth_key_t other;
+        auth_hello_t h;
+
+        make_pair(fds);
+        peer_init(&con, 0, fds[0], "right", 5);
+        peer_start(&con);
+        ck_assert_int_eq(read_full(fds[1], wire, sizeof(wire), 5), AUTH_HELLO_BYTES);
+        ck_assert_int_eq(auth_hello_decode(wire, &h), FLX_OK);
+        ck_assert_int_eq(h.rank, 3);
+        ck_assert_int_eq(h.size, 8);
+        randombytes_buf(chal, AUTH_NONCE_BYTES);
+        if (variant == 0) {
+            randombytes_buf(chal + AUTH_NONCE_BYTES, 32); /* garbage MAC */
+        } else {
+            auth_key_derive("wrong", &other); /* a well-formed MAC, other key */
+            proto_mac(&other, 'A', wire, chal, chal + AUTH_NONCE_BYTES);
+        }
+        write_full(fds[1], chal, sizeof(chal));
+        ck_assert_int_eq(peer_join(&con), FLX_ERR_AUTH);
+        /* the connector closed without sending anything more */
+        ck_assert_int_eq(read_full(fds[1], extra, sizeof(extra), 5), 0);
+        close(fds[1]);
+    }
+}
+END_TEST
+
+START_TEST(test_acceptor_timeout)
+{
+    int fds[2];
+    auth_key_t key;
+    auth_hello_t hello;
+    double t0, elapsed;
+    flx_status_t st;
+
+    make_pair(fds);
+    auth_key_derive("silence", &key);
+    memset(&hello, 0xee, sizeof(hello));
+    t0 = flx_time_now();
+    st = auth_accept(fds[1], &key, t0 + 0.5, &hello);
+    elapsed = flx_time_now() - t0;
+    ck_assert_int_eq(st, FLX_ERR_TIMED_OUT);
+    ck_assert_msg(elapsed >= 0.45 && elapsed < 1.0, "timed out after %.3f s", elapsed);
+    ck_assert(hello_untouched(&hello));
+
+    /* half a HELLO, then silence: still a timeout */
+    write_full(fds[0], "FLXB\0\1\0\2", 8);
+    t0 = flx_time_now();
+    st = auth_accept(fds[1], &key, t0 + 0.5, &hello);
+    elapsed = flx_time_now() - t0;
+    ck_assert_int_eq(st, FLX_ERR_TIMED_OUT);
+    ck_assert_msg(elapsed >= 0.45 && elapsed < 1.0, "timed out after %.3f s", elapsed);
+    close(fds[0]);
+    close(fds[1]);
+}
+END_TEST
+
+START_TEST(test_connector_timeout)
+{
+    int fds[2];
+    auth_key_t key;
+    double t0, elapsed;
+    flx_status_t st;
+    uint8_t wire[AUTH_HELLO_BYTES];
+
+    make_pair(fds);
+    auth_key_derive("silence", &key);
+    t0 = flx_time_now();
+    st = auth_connect(fds[0], &key, AUTH_PURPOSE_MESH, 1, 2, t0 + 0.5);
+    elapsed = flx_time_now() - t0;
+    ck_assert_int_eq(st, FLX_ERR_TIMED_OUT);
+    ck_assert_msg(elapsed >= 0.45 && elapsed < 1.0, "timed out after %.3f s", elapsed);
+    /* the HELLO was sent */
+    ck_assert_int_eq(read_full(fds[1], wire, sizeof(wire), 1), AUTH_HELLO_BYTES);
+    close(fds[0]);
+    close(fds[1]);
+}
+END_TEST
+
+START_TEST(test_acceptor_garbage)
+{
+    uint8_t garbage[AUTH_HELLO_BYTES];
+    int fds[2];
+    auth_key_t key;
+    auth_hello_t hello;
+    uint8_t extra[8];
+
+    auth_key_derive("k", &key);
+    for (int variant = 0; variant < 3; variant++) {
+        make_pair(fds);
+        if (variant == 0) {
+            memset(garbage, 0xa5, sizeof(garbage));
+        } else if (variant == 1) {
+            randombytes_buf(garbage, sizeof(garbage));
+            garbage[0] = 'X'; /* never the magic */
+        } else {
+            /* right magic, version 7 */
+            auth_hello_t h = {.purpose = AUTH_PURPOSE_MESH, .rank = 0, .size = 2};
+            auth_hello_encode(&h, garbage);
+            garbage[5] = 7;
+        }
+        write_full(fds[0], garbage, sizeof(garbage));
+        memset(&hello, 0xee, sizeof(hello));
+        ck_assert_int_eq(auth_accept(fds[1], &key, flx_time_now() + 5, &hello),
+                         FLX_ERR_PROTOCOL);
+        ck_assert(hello_untouched(&hello));
+        close(fds[1]);
+        /* nothing was sent back */
+        ck_assert_int_eq(read_full(fds[0], extra, sizeof(extra), 1), 0);
+        close(fds[0]);
+    }
+}
+END_TEST
+
+/* a connector claiming rank >= size is refused by the acceptor; the
+ * connector, cut off, reports an authentication failure */
+START_TEST(test_handshake_bad_rank)
+{
+    int fds[2];
+    peer_t acc, con;
+
+    make_pair(fds);
+    peer_init(&acc, 1, fds[1], "same", 5);
+    peer_init(&con, 0, fds[0], "same", 5);
+    con.rank = 8;
+    con.size = 8;
+    peer_start(&acc);
+    peer_main(&con);
+    ck_assert_int_eq(peer_join(&acc), FLX_ERR_PROTOCOL);
+    ck_assert(hello_untouched(&acc.hello));
+    ck_assert_int_eq(con.st, FLX_ERR_AUTH);
+}
+END_TEST
+
+START_TEST(test_peer_hangs_up)
+{
+    int fds[2];
+    auth_key_t key;
+    auth_hello_t hello;
+    uint8_t wire[AUTH_HELLO_BYTES];
+
+    auth_key_derive("k", &key);
+    /* connector closes before sending anything */
+    make_pair(fds);
+    close(fds[0]);
+    memset(&hello, 0xee, sizeof(hello));
+    ck_assert_int_eq(auth_accept(fds[1], &key, flx_time_now() + 5, &hello), FLX_ERR_PEER_LOST);
+    ck_assert(hello_untouched(&hello));
+    close(fds[1]);
+
+    /* acceptor closes after reading the HELLO: the connector fails auth */
+    {
+        peer_t con;
+
+        make_pair(fds);
+        peer_init(&con, 0, fds[0], "k", 5);
+        peer_start(&con);
+        ck_assert_int_eq(read_full(fds[1], wire, sizeof(wire), 5), AUTH_HELLO_BYTES);
+        close(fds[1]);
+        ck_assert_int_eq(peer_join(&con), FLX_ERR_AUTH);
+        ck_assert(con.elapsed < 2.0);
+    }
+}
+END_TEST
+
+static Suite *auth_suite(void)
+{
+    Suite *s = suite_create("auth");
+    TCase *th = tcase_create("hello");
+    TCase *tx = tcase_create("handshake");
+
+    tcase_set_timeout(th, 30);
+    tcase_add_test(th, test_hello_encode_layout);
+    tcase_add_test(th, test_hello_roundtrip);
+    tcase_add_test(th, test_hello_reject);
+    tcase_add_test(th, test_key_derive);
+    suite_add_tcase(s, th);
+
+    tcase_set_timeout(tx, 30);
+    tcase_add_test(tx, test_handshake_ok);
+    tcase_add_test(tx, test_handshake_fresh_nonces);
+    tcase_add_test(tx, test_handshake_wrong_secret);
+    tcase_add_test(tx, test_acceptor_wire_protocol);
+    tcase_add_test(tx, test_acceptor_rejects_bad_proof);
+    tcase_add_test(tx, test_connector_rejects_bad_challenge);
+    tcase_add_test(tx, test_acceptor_timeout);
+    tcase_add_test(tx, test_connector_timeout);
+    tcase_add_test(tx, test_acceptor_garbage);
+    tcase_add_test(tx, test_handshake_bad_rank);
+    tcase_add_test(tx, test_peer_hangs_up);
+    suite_add_tcase(s, tx);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr;
+    int failed;
+
+    if (sodium_init() < 0) {
+        fprintf(stderr, "check_auth: sodium_init failed\n");
+        return EXIT_FAILURE;
+    }
+    sr = srunner_create(auth_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
