@@ -66,7 +66,7 @@ int topo_pow2_floor(int n)
 {
     int p = 1;
 
-    while (p * 2 <= n)
+    while (p <= n / 2)
         p *= 2;
     return p;
 }
@@ -91,7 +91,9 @@ int topo_log2_ceil(int n)
 {
     int l = 0;
 
-    while ((1 << l) < n)
+    while (l < 30 && (1 << l) < n)
+        l++;
+    if ((1 << l) < n)
         l++;
     return l;
 }

@@ -10,7 +10,7 @@
 #include <strings.h>
 
 typedef enum { CFG_INT, CFG_SIZE, CFG_TIME, CFG_BOOL, CFG_STRING, CFG_ENUM,
-               CFG_LOGLEVEL, CFG_SUBSYS, CFG_DOUBLE } cfg_kind_t;
+               CFG_LOGLEVEL, CFG_SUBSYS, CFG_RATE } cfg_kind_t;
 
 typedef struct {
     const char *name;        /* without FLX_ */
@@ -62,8 +62,8 @@ static const cfg_field_t cfg_table[] = {
      OFF(calibrate), 0, 0, 0, NULL},
     {"ALPHA", "0", "fixed link latency for the cost model (0: measured)", CFG_TIME, OFF(alpha_s), 0,
      0, 0, NULL},
-    {"BETA", "0", "fixed link bandwidth in bytes/s for the cost model, e.g. 1.25G (0: measured)",
-     CFG_SIZE, OFF(beta), 0, 0, 0, NULL},
+    {"BETA", "0", "fixed link bandwidth for the cost model in bytes/s, decimal units: 125M = 1 Gbit/s (0: measured)",
+     CFG_RATE, OFF(beta), 0, 0, 0, NULL},
     {"NTHREADS", "1", "threads used by local reductions", CFG_INT, OFF(nthreads), 0, 1, 64, NULL},
 };
 #define CFG_COUNT (sizeof(cfg_table) / sizeof(cfg_table[0]))
@@ -105,6 +105,26 @@ int flx_parse_size(const char *s, size_t *out_p)
     if (*end != '\0' || v * mult > 9.0e18)
         return -1;
     *out_p = (size_t)(v * mult);
+    return 0;
+}
+
+int flx_parse_rate(const char *s, double *out_p)
+{
+    double v, mult = 1;
+    char *end;
+
+    if (s == NULL || parse_double(s, &v, &end) != 0)
+        return -1;
+    switch (*end) {
+    case '\0': break;
+    case 'k': case 'K': mult = 1e3; end++; break;
+    case 'M': mult = 1e6; end++; break;
+    case 'G': mult = 1e9; end++; break;
+    default: return -1;
+    }
+    if (*end != '\0')
+        return -1;
+    *out_p = v * mult;
     return 0;
 }
 
@@ -210,7 +230,7 @@ static const char *kind_expect(const cfg_field_t *f)
     case CFG_ENUM: return "one of the listed choices";
     case CFG_LOGLEVEL: return "error, warn, info, debug or trace";
     case CFG_SUBSYS: return "all or a comma list of init,net,coll,compress,ctrl,train,tool";
-    case CFG_DOUBLE: return "a non-negative number";
+    case CFG_RATE: return "a rate in bytes/s such as 125M or 1.25G (decimal units)";
     }
     return "a valid value";
 }
@@ -226,21 +246,21 @@ static int field_parse(const cfg_field_t *f, flx_config_t *cfg, const char *valu
 
     switch (f->kind) {
     case CFG_INT:
-        if (*value == '\0') { *(int *)base = -1; return 0; }
+        /* only knobs whose default is unset may be set to unset */
+        if (*value == '\0' && f->defval[0] == '\0') { *(int *)base = -1; return 0; }
         if (flx_parse_int(value, f->min, f->max, &l) != 0) return -1;
         *(int *)base = (int)l;
         return 0;
     case CFG_SIZE:
         if (flx_parse_size(value, &sz) != 0) return -1;
-        if (f->offset == OFF(beta)) *(double *)base = (double)sz;
-        else *(size_t *)base = sz;
+        *(size_t *)base = sz;
+        return 0;
+    case CFG_RATE:
+        if (flx_parse_rate(value, &d) != 0) return -1;
+        *(double *)base = d;
         return 0;
     case CFG_TIME:
         if (flx_parse_time(value, &d) != 0) return -1;
-        *(double *)base = d;
-        return 0;
-    case CFG_DOUBLE:
-        d = strtod(value, NULL);
         *(double *)base = d;
         return 0;
     case CFG_BOOL:
@@ -277,7 +297,7 @@ static const cfg_field_t *field_find(const char *name)
 
 flx_status_t flx_config_set(flx_config_t *cfg, const char *name, const char *value)
 {
-    const cfg_field_t *f = field_find(name);
+    const cfg_field_t *f = name ? field_find(name) : NULL;
 
     if (f == NULL || value == NULL) {
         flx_error(INIT, -1, "unknown configuration knob FLX_%s", name ? name : "(null)");
@@ -316,16 +336,60 @@ flx_status_t flx_config_load(flx_config_t *cfg_p)
     return FLX_OK;
 }
 
+/* The value of field f in cfg, as it would be written in the environment. */
+static void field_format(const cfg_field_t *f, const flx_config_t *cfg, char *buf, size_t len)
+{
+    const char *base = (const char *)cfg + f->offset;
+
+    switch (f->kind) {
+    case CFG_INT:
+        if (*(const int *)base < 0) snprintf(buf, len, "%s", "");
+        else snprintf(buf, len, "%d", *(const int *)base);
+        break;
+    case CFG_SIZE: {
+        size_t v = *(const size_t *)base;
+        const char *units = "kMGT";
+        int u = -1;
+        while (v && v % 1024 == 0 && u < 3) {
+            v /= 1024;
+            u++;
+        }
+        if (u >= 0) snprintf(buf, len, "%zu%c", v, units[u]);
+        else snprintf(buf, len, "%zu", v);
+        break;
+    }
+    case CFG_TIME: snprintf(buf, len, "%gs", *(const double *)base); break;
+    case CFG_RATE: snprintf(buf, len, "%g", *(const double *)base); break;
+    case CFG_BOOL: snprintf(buf, len, "%s", *(const int *)base ? "yes" : "no"); break;
+    case CFG_STRING: snprintf(buf, len, "%s", base); break;
+    case CFG_ENUM: snprintf(buf, len, "%s", f->choices[*(const int *)base]); break;
+    case CFG_LOGLEVEL: snprintf(buf, len, "%s", flx_log_level_name(*(const int *)base)); break;
+    case CFG_SUBSYS: {
+        unsigned mask = *(const unsigned *)base;
+        size_t n = 0;
+        if (mask == ~0u) {
+            snprintf(buf, len, "all");
+            break;
+        }
+        buf[0] = '\0';
+        for (int i = 0; i < FLX_SUBSYS_COUNT && n < len; i++)
+            if (mask & (1u << i))
+                n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? "," : "", flx_subsys_name(i));
+        break;
+    }
+    }
+}
+
 void flx_config_print(FILE *out, const flx_config_t *cfg)
 {
-    (void)cfg;
     for (size_t i = 0; i < CFG_COUNT; i++) {
         const cfg_field_t *f = &cfg_table[i];
-        char env[64];
-        const char *v;
+        char value[300];
 
-        snprintf(env, sizeof(env), "FLX_%s", f->name);
-        v = getenv(env);
+        field_format(f, cfg, value, sizeof(value));
+        /* never print the secret itself */
+        if (f->offset == OFF(job_secret) && value[0])
+            snprintf(value, sizeof(value), "(set, %zu characters)", strlen(cfg->job_secret));
         fprintf(out, "#\n# %s\n", f->help);
         if (f->choices) {
             fprintf(out, "# choices:");
@@ -333,9 +397,7 @@ void flx_config_print(FILE *out, const flx_config_t *cfg)
                 fprintf(out, " %s", f->choices[c]);
             fprintf(out, "\n");
         }
-        fprintf(out, "%s=%s", env, v ? v : f->defval);
-        if (v)
-            fprintf(out, "    # default: %s", f->defval[0] ? f->defval : "(unset)");
-        fprintf(out, "\n");
+        fprintf(out, "FLX_%s=%s    # default: %s\n", f->name, value,
+                f->defval[0] ? f->defval : "(unset)");
     }
 }

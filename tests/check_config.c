@@ -274,7 +274,7 @@ START_TEST(test_load_overrides)
     ck_assert_uint_eq(cfg.log_subsys, (1u << FLX_SUBSYS_NET) | (1u << FLX_SUBSYS_COLL));
     ck_assert_int_eq(cfg.calibrate, 0);
     ck_assert(fabs(cfg.alpha_s - 5e-6) < 1e-18);
-    ck_assert(cfg.beta == 1073741824.0);
+    ck_assert(cfg.beta == 1e9); /* decimal: 1G = 1e9 bytes/s */
     ck_assert_uint_eq(cfg.tcp_sockbuf, 4 << 20);
     ck_assert_int_eq(cfg.nthreads, 4);
     /* untouched knobs keep their defaults */
@@ -393,10 +393,10 @@ START_TEST(test_config_print)
         snprintf(line, sizeof(line), "\nFLX_%s=", KNOBS[i]);
         ck_assert_msg(strstr(text, line) != NULL, "FLX_%s missing from:\n%s", KNOBS[i], text);
     }
-    ck_assert_ptr_nonnull(strstr(text, "\nFLX_TIMEOUT=30s\n"));
-    ck_assert_ptr_nonnull(strstr(text, "\nFLX_ALGO=auto\n"));
-    ck_assert_ptr_nonnull(strstr(text, "\nFLX_CHUNK_SIZE=256k\n"));
-    ck_assert_ptr_nonnull(strstr(text, "\nFLX_JOB_SECRET=\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nFLX_TIMEOUT=30s    # default: 30s\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nFLX_ALGO=auto    # default: auto\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nFLX_CHUNK_SIZE=256k    # default: 256k\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nFLX_JOB_SECRET=    # default: (unset)\n"));
     /* help text and choices */
     ck_assert_ptr_nonnull(strstr(text, "# a collective that makes no progress for this long"));
     ck_assert_ptr_nonnull(strstr(text, "# collective algorithm: auto|ring|tree|rd"));
@@ -410,7 +410,7 @@ START_TEST(test_config_print)
     ck_assert_int_eq(flx_config_load(&cfg), FLX_OK);
     text = print_config(&cfg);
     ck_assert_ptr_nonnull(strstr(text, "\nFLX_ALGO=ring    # default: auto\n"));
-    ck_assert_ptr_nonnull(strstr(text, "\nFLX_TIMEOUT=30s\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nFLX_TIMEOUT=30s    # default: 30s\n"));
     free(text);
 }
 END_TEST

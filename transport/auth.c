@@ -109,6 +109,9 @@ flx_status_t auth_accept(int fd, const auth_key_t *key, double deadline,
     st = sock_send_all(fd, chal, sizeof(chal), deadline);
     if (st == FLX_OK)
         st = sock_recv_all(fd, proof, sizeof(proof), deadline);
+    /* a connector that hangs up after our challenge found our proof wrong */
+    if (st == FLX_ERR_PEER_LOST)
+        return FLX_ERR_AUTH;
     if (st != FLX_OK)
         return st;
     auth_mac(key, 'C', wire, chal, mac);

@@ -1,0 +1,53 @@
+/* config.h -- every FLX_* knob in one table: name, default, help, parser.
+ * flx_config_load reads the environment once into a flx_config_t; a
+ * malformed value is FLX_ERR_CONFIG with a log line naming the variable. */
+#ifndef FLX_COMMON_CONFIG_H
+#define FLX_COMMON_CONFIG_H
+
+#include "flexcoll.h"
+
+#include <stddef.h>
+#include <stdio.h>
+
+typedef struct {
+    int log_level;              /* FLX_LOG_LEVEL */
+    unsigned log_subsys;        /* FLX_LOG_SUBSYS, bit per flx_subsys_t */
+    int rank;                   /* FLX_RANK, -1 = unset */
+    int size;                   /* FLX_SIZE, -1 = unset */
+    char root[256];             /* FLX_ROOT host:port */
+    char job_secret[256];       /* FLX_JOB_SECRET */
+    char socket_ifname[64];     /* FLX_SOCKET_IFNAME */
+    int net;                    /* FLX_NET: 0 auto, 1 tcp, 2 ib */
+    int algo;                   /* FLX_ALGO, flx_algo_t */
+    double timeout_s;           /* FLX_TIMEOUT */
+    double connect_timeout_s;   /* FLX_CONNECT_TIMEOUT */
+    double handshake_timeout_s; /* FLX_HANDSHAKE_TIMEOUT */
+    size_t chunk_size;          /* FLX_CHUNK_SIZE, bytes */
+    size_t tcp_sockbuf;         /* FLX_TCP_SOCKBUF, bytes, 0 = kernel */
+    int calibrate;              /* FLX_CALIBRATE */
+    double alpha_s;             /* FLX_ALPHA, 0 = measure */
+    double beta;                /* FLX_BETA bytes/s, 0 = measure */
+    int nthreads;               /* FLX_NTHREADS for reductions */
+} flx_config_t;
+
+enum { FLX_NET_AUTO = 0, FLX_NET_TCP = 1, FLX_NET_IB = 2 };
+
+/* Fill cfg with defaults, then overlay the FLX_* environment.  rank is used
+ * for the log line only. */
+flx_status_t flx_config_load(flx_config_t *cfg_p);
+/* Parse one knob's value from a string into cfg (used by the loader and by
+ * tests).  name is without the FLX_ prefix. */
+flx_status_t flx_config_set(flx_config_t *cfg, const char *name, const char *value);
+/* Print every knob with its default, current value and help (flx-info -c). */
+void flx_config_print(FILE *out, const flx_config_t *cfg);
+
+/* Value parsers: 0 on success, -1 on malformed input. */
+int flx_parse_size(const char *s, size_t *out_p);      /* 8k, 4M, 1G, 64KiB, 100 */
+int flx_parse_time(const char *s, double *out_p);
+int flx_parse_rate(const char *s, double *out_p);     /* 125M, 1.25G (decimal), bytes/s */      /* 10ms, 30s, 500us, 2m, 1.5 */
+int flx_parse_int(const char *s, long min, long max, long *out_p);
+int flx_parse_bool(const char *s, int *out_p);         /* 1/0 yes/no on/off true/false */
+int flx_config_parse_log_level(const char *s, int *out_p);
+int flx_config_parse_subsys(const char *s, unsigned *out_p);
+
+#endif
