@@ -49,13 +49,14 @@ flx_status_t coll_ring_reduce_scatter(flx_comm_h comm, void *buf, const size_t *
         return FLX_OK;
     elems = coll_chunk_elems(comm, es, maxlen);
     nch = seg_chunks(maxlen, elems);
-    tmp[0] = coll_scratch(comm, 2 * maxlen * es + (size_t)(n + 1) * nch * sizeof(tl_req_t));
-    if (tmp[0] == NULL)
+    /* requests first (aligned), then two receive buffers */
+    rreq[0] = coll_scratch(comm, (size_t)(n + 1) * nch * sizeof(tl_req_t) + 2 * maxlen * es);
+    if (rreq[0] == NULL)
         return FLX_ERR_NO_MEMORY;
-    tmp[1] = tmp[0] + maxlen * es;
-    rreq[0] = (tl_req_t *)(tmp[1] + maxlen * es);
     rreq[1] = rreq[0] + nch;
     sreq = rreq[1] + nch; /* (n-1) steps of nch sends */
+    tmp[0] = (char *)(sreq + (size_t)(n - 1) * nch);
+    tmp[1] = tmp[0] + maxlen * es;
 
     /* step 0 sends our own segment r-1 */
     {

@@ -30,15 +30,16 @@ flx_status_t coll_allreduce_tree(flx_comm_h comm, void *buf, size_t count,
         return FLX_OK;
     elems = coll_chunk_elems(comm, es, count);
     nch = FLX_DIV_ROUND_UP(count, elems);
-    tmp[0] = coll_scratch(comm, (size_t)nchild * count * es + 6 * nch * sizeof(tl_req_t));
-    if (tmp[0] == NULL)
+    /* requests first (aligned), then one receive buffer per child */
+    creq[0] = coll_scratch(comm, 6 * nch * sizeof(tl_req_t) + (size_t)nchild * count * es);
+    if (creq[0] == NULL)
         return FLX_ERR_NO_MEMORY;
-    tmp[1] = tmp[0] + count * es;
-    creq[0] = (tl_req_t *)(tmp[0] + (size_t)nchild * count * es);
     creq[1] = creq[0] + nch;
     preq = creq[1] + nch;
     upreq = preq + nch;
     downreq = upreq + nch; /* 2 * nch: one per child */
+    tmp[0] = (char *)(downreq + 2 * nch);
+    tmp[1] = tmp[0] + count * es;
 
     for (size_t j = 0; j < nch && st == FLX_OK; j++) {
         size_t co = j * elems, cl = FLX_MIN(elems, count - co);

@@ -32,6 +32,7 @@ usage() {
     cat <<EOF
 usage: $prog [-r REPS] [-N "2 4"] [-b MIN] [-e MAX] [-n ITERS] [-w WARMUP]
              [-c 0|1] [-k LOGDIR] [-t SECONDS] [BUILD_DIR]
+       $prog -R RESULTS      (the report again, from a results.txt kept with -k)
   BUILD_DIR  where flxrun and flx-*-perf are (default: \$FLX_BUILD or .)
   -r REPS    repetitions of each run, alternating flexcoll and MPI (default 5)
   -N LIST    rank counts (default "2 4")
@@ -40,6 +41,7 @@ usage: $prog [-r REPS] [-N "2 4"] [-b MIN] [-e MAX] [-n ITERS] [-w WARMUP]
   -c 0|1     correctness pass in both tools (untimed; default 1)
   -k LOGDIR  keep every run's output in LOGDIR (default: a temporary directory, removed)
   -t SECONDS time limit of one run (default 900)
+  -R FILE    print the tables from FILE (results.txt of an earlier -k run); run nothing
 EOF
 }
 
@@ -52,7 +54,8 @@ warmup=5
 check=1
 keep=""
 limit=900
-while getopts ":r:N:b:e:n:w:c:k:t:h" opt; do
+report_only=""
+while getopts ":r:N:b:e:n:w:c:k:t:R:h" opt; do
     case $opt in
     r) reps=$OPTARG ;;
     N) nlist=$OPTARG ;;
@@ -63,6 +66,7 @@ while getopts ":r:N:b:e:n:w:c:k:t:h" opt; do
     c) check=$OPTARG ;;
     k) keep=$OPTARG ;;
     t) limit=$OPTARG ;;
+    R) report_only=$OPTARG ;;
     h) usage; exit 0 ;;
     :) echo "$prog: option -$OPTARG needs a value" >&2; usage >&2; exit 2 ;;
     *) echo "$prog: unknown option -$OPTARG" >&2; usage >&2; exit 2 ;;
@@ -79,6 +83,76 @@ case $reps in '' | *[!0-9]* | 0) echo "$prog: -r needs a positive integer" >&2; 
 for n in $nlist; do
     case $n in '' | *[!0-9]* | 0 | 1) echo "$prog: -N needs rank counts >= 2" >&2; exit 2 ;; esac
 done
+
+# ---- report -------------------------------------------------------------------
+# report RESULTS: one table per collective and N from the rows
+#   impl coll n rep size time_us busbw wrong
+report() {
+    local res=$1 coll n
+    for coll in allreduce allgather; do
+        for n in $(awk -v c="$coll" '$2 == c { print $3 }' "$res" | sort -n | uniq); do
+            awk -v coll="$coll" -v n="$n" '
+            function median(list,    v, k, i, j, t) {
+                k = split(list, v, " ")
+                for (i = 2; i <= k; i++) {            # insertion sort, k is small
+                    t = v[i] + 0
+                    for (j = i - 1; j >= 1 && v[j] + 0 > t; j--) v[j + 1] = v[j]
+                    v[j + 1] = t
+                }
+                if (k == 0) return -1
+                return k % 2 ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2
+            }
+            $2 == coll && $3 == n {
+                if (!($5 in seen)) { seen[$5] = 1; sizes[++ns] = $5 }
+                t[$1, $5] = t[$1, $5] " " $6
+                if ($8 != "N/A" && $8 + 0 > 0) bad[$1]++
+            }
+            END {
+                factor = coll == "allreduce" ? 2 * (n - 1) / n : (n - 1) / n
+                what = coll == "allreduce" ? "allreduce (float, sum)" : "allgather (float; size = gathered total)"
+                printf "\n== %s, N=%d ==\n", what, n
+                printf "%12s  %14s  %14s  %8s  %10s  %10s\n", "size (B)", "flexcoll (us)", "MPI (us)",
+                       "MPI/flx", "flx busbw", "MPI busbw"
+                lat_f = lat_m = -1; sf = sm = nb = 0
+                for (i = 1; i <= ns; i++) {
+                    s = sizes[i]
+                    f = median(t["flexcoll", s]); m = median(t["mpi", s])
+                    bf = f > 0 ? factor * s / f / 1e3 : 0        # bytes/us/1e3 = GB/s
+                    bm = m > 0 ? factor * s / m / 1e3 : 0
+                    fs = f > 0 ? sprintf("%.2f", f) : "n/a"; fb = f > 0 ? sprintf("%.3f", bf) : "n/a"
+                    ms = m > 0 ? sprintf("%.2f", m) : "n/a"; mb = m > 0 ? sprintf("%.3f", bm) : "n/a"
+                    rs = (f > 0 && m > 0) ? sprintf("%.2f", m / f) : "n/a"
+                    printf "%12d  %14s  %14s  %8s  %10s  %10s\n", s, fs, ms, rs, fb, mb
+                    if (s == 4096) { lat_f = f; lat_m = m }
+                    if (s >= 1048576 && s <= 67108864 && f > 0 && m > 0) { sf += bf; sm += bm; nb++ }
+                }
+                if (lat_f > 0 && lat_m > 0)
+                    printf "4 KiB latency      : flexcoll %.2f us, MPI %.2f us, MPI/flexcoll %.2f\n",
+                           lat_f, lat_m, lat_m / lat_f
+                else
+                    printf "4 KiB latency      : no 4096-byte row\n"
+                if (nb > 0)
+                    printf "1-64 MiB busbw     : flexcoll %.3f GB/s, MPI %.3f GB/s (mean over %d sizes), flexcoll/MPI %.2f\n",
+                           sf / nb, sm / nb, nb, (sm > 0 ? sf / sm : 0)
+                else
+                    printf "1-64 MiB busbw     : no rows between 1 and 64 MiB\n"
+                if (bad["flexcoll"] || bad["mpi"])
+                    printf "WARNING: rows with wrong elements: flexcoll %d, MPI %d\n", bad["flexcoll"], bad["mpi"]
+            }' "$res"
+        done
+    done
+}
+
+if [ -n "$report_only" ]; then
+    if [ ! -r "$report_only" ]; then
+        echo "$prog: error: cannot read $report_only" >&2
+        exit 1
+    fi
+    echo "# report from $report_only: median over the repetitions per size;"
+    echo "# ratio = MPI time / flexcoll time (> 1: flexcoll faster); busbw from the median times (GB/s)"
+    report "$report_only"
+    exit 0
+fi
 
 # ---- prerequisites ------------------------------------------------------------
 for tool in mpicc mpirun; do
@@ -176,63 +250,11 @@ for n in $nlist; do
     done
 done
 
-# ---- report -------------------------------------------------------------------
 echo
 echo "# flexcoll ($build) vs $(mpirun --version 2>&1 | head -n 1) over loopback"
 echo "# float, out-of-place, $iters iterations after $warmup warm-up, median of $reps runs per size;"
 echo "# ratio = MPI time / flexcoll time (> 1: flexcoll faster); busbw from the median times (GB/s)"
-for coll in allreduce allgather; do
-    for n in $nlist; do
-        awk -v coll="$coll" -v n="$n" -v reps="$reps" '
-        function median(list,    v, k, i, j, t) {
-            k = split(list, v, " ")
-            for (i = 2; i <= k; i++) {            # insertion sort, k is small
-                t = v[i] + 0
-                for (j = i - 1; j >= 1 && v[j] + 0 > t; j--) v[j + 1] = v[j]
-                v[j + 1] = t
-            }
-            if (k == 0) return -1
-            return k % 2 ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2
-        }
-        $2 == coll && $3 == n {
-            if (!($5 in seen)) { seen[$5] = 1; sizes[++ns] = $5 }
-            t[$1, $5] = t[$1, $5] " " $6
-            if ($8 != "N/A" && $8 + 0 > 0) bad[$1]++
-        }
-        END {
-            factor = coll == "allreduce" ? 2 * (n - 1) / n : (n - 1) / n
-            what = coll == "allreduce" ? "allreduce (float, sum)" : "allgather (float; size = gathered total)"
-            printf "\n== %s, N=%d ==\n", what, n
-            printf "%12s  %14s  %14s  %8s  %10s  %10s\n", "size (B)", "flexcoll (us)", "MPI (us)",
-                   "MPI/flx", "flx busbw", "MPI busbw"
-            lat_f = lat_m = -1; sf = sm = nb = 0
-            for (i = 1; i <= ns; i++) {
-                s = sizes[i]
-                f = median(t["flexcoll", s]); m = median(t["mpi", s])
-                bf = f > 0 ? factor * s / f / 1e3 : 0        # bytes/us/1e3 = GB/s
-                bm = m > 0 ? factor * s / m / 1e3 : 0
-                fs = f > 0 ? sprintf("%.2f", f) : "n/a"; fb = f > 0 ? sprintf("%.3f", bf) : "n/a"
-                ms = m > 0 ? sprintf("%.2f", m) : "n/a"; mb = m > 0 ? sprintf("%.3f", bm) : "n/a"
-                rs = (f > 0 && m > 0) ? sprintf("%.2f", m / f) : "n/a"
-                printf "%12d  %14s  %14s  %8s  %10s  %10s\n", s, fs, ms, rs, fb, mb
-                if (s == 4096) { lat_f = f; lat_m = m }
-                if (s >= 1048576 && s <= 67108864 && f > 0 && m > 0) { sf += bf; sm += bm; nb++ }
-            }
-            if (lat_f > 0 && lat_m > 0)
-                printf "4 KiB latency      : flexcoll %.2f us, MPI %.2f us, MPI/flexcoll %.2f\n",
-                       lat_f, lat_m, lat_m / lat_f
-            else
-                printf "4 KiB latency      : no 4096-byte row\n"
-            if (nb > 0)
-                printf "1-64 MiB busbw     : flexcoll %.3f GB/s, MPI %.3f GB/s (mean over %d sizes), flexcoll/MPI %.2f\n",
-                       sf / nb, sm / nb, nb, sm > 0 ? sf / sm : 0
-            else
-                printf "1-64 MiB busbw     : no rows between 1 and 64 MiB\n"
-            if (bad["flexcoll"] || bad["mpi"])
-                printf "WARNING: rows with wrong elements: flexcoll %d, MPI %d\n", bad["flexcoll"], bad["mpi"]
-        }' "$results"
-    done
-done
+report "$results"
 if [ -n "$keep" ]; then
     cp "$results" "$logdir/results.txt"
     echo
