@@ -54,7 +54,7 @@ static const cfg_field_t cfg_table[] = {
      OFF(connect_timeout_s), 0, 0, 0, NULL},
     {"HANDSHAKE_TIMEOUT", "5s", "how long an accepted connection may take to authenticate", CFG_TIME,
      OFF(handshake_timeout_s), 0, 0, 0, NULL},
-    {"CHUNK_SIZE", "256k", "pipeline chunk of ring, tree and broadcast algorithms", CFG_SIZE,
+    {"CHUNK_SIZE", "512k", "pipeline chunk of ring, tree and broadcast algorithms", CFG_SIZE,
      OFF(chunk_size), 0, 0, 0, NULL},
     {"TCP_SOCKBUF", "0", "SO_SNDBUF/SO_RCVBUF of data sockets (0: kernel autotuning)", CFG_SIZE,
      OFF(tcp_sockbuf), 0, 0, 0, NULL},
@@ -64,7 +64,8 @@ static const cfg_field_t cfg_table[] = {
      0, 0, NULL},
     {"BETA", "0", "fixed link bandwidth for the cost model in bytes/s, decimal units: 125M = 1 Gbit/s (0: measured)",
      CFG_RATE, OFF(beta), 0, 0, 0, NULL},
-    {"NTHREADS", "1", "threads used by local reductions", CFG_INT, OFF(nthreads), 0, 1, 64, NULL},
+    {"SPIN", "50us", "busy-poll this long (yielding the core) before sleeping in poll(); 0 sleeps at once",
+     CFG_TIME, OFF(spin_s), 0, 0, 0, NULL},
 };
 #define CFG_COUNT (sizeof(cfg_table) / sizeof(cfg_table[0]))
 

@@ -27,7 +27,7 @@ typedef struct {
     int calibrate;              /* FLX_CALIBRATE */
     double alpha_s;             /* FLX_ALPHA, 0 = measure */
     double beta;                /* FLX_BETA bytes/s, 0 = measure */
-    int nthreads;               /* FLX_NTHREADS for reductions */
+    double spin_s;              /* FLX_SPIN: busy-poll before sleeping */
 } flx_config_t;
 
 enum { FLX_NET_AUTO = 0, FLX_NET_TCP = 1, FLX_NET_IB = 2 };

@@ -21,7 +21,7 @@ static const char *const KNOBS[] = {
     "LOG_LEVEL", "LOG_SUBSYS", "RANK", "SIZE", "ROOT", "JOB_SECRET",
     "SOCKET_IFNAME", "NET", "ALGO", "TIMEOUT", "CONNECT_TIMEOUT",
     "HANDSHAKE_TIMEOUT", "CHUNK_SIZE", "TCP_SOCKBUF", "CALIBRATE", "ALPHA",
-    "BETA", "NTHREADS",
+    "BETA", "SPIN",
 };
 #define NKNOBS (sizeof(KNOBS) / sizeof(KNOBS[0]))
 
@@ -220,7 +220,7 @@ START_TEST(test_load_defaults)
     ck_assert(cfg.timeout_s == 30.0);
     ck_assert(cfg.connect_timeout_s == 60.0);
     ck_assert(cfg.handshake_timeout_s == 5.0);
-    ck_assert_uint_eq(cfg.chunk_size, 256 * 1024);
+    ck_assert_uint_eq(cfg.chunk_size, 512 * 1024);
     ck_assert_uint_eq(cfg.tcp_sockbuf, 0);
     ck_assert_int_eq(cfg.algo, FLX_ALGO_AUTO);
     ck_assert_int_eq(cfg.algo, 0);
@@ -233,7 +233,7 @@ START_TEST(test_load_defaults)
     ck_assert_str_eq(cfg.socket_ifname, "");
     ck_assert_int_eq(cfg.calibrate, 1);
     ck_assert(cfg.alpha_s == 0 && cfg.beta == 0);
-    ck_assert_int_eq(cfg.nthreads, 1);
+    ck_assert(fabs(cfg.spin_s - 50e-6) < 1e-12);
     ck_assert_int_eq(cfg.log_level, FLX_LOG_WARN);
     ck_assert_uint_eq(cfg.log_subsys, ~0u);
 }
@@ -258,7 +258,7 @@ START_TEST(test_load_overrides)
     setenv("FLX_ALPHA", "5us", 1);
     setenv("FLX_BETA", "1G", 1);
     setenv("FLX_TCP_SOCKBUF", "4M", 1);
-    setenv("FLX_NTHREADS", "4", 1);
+    setenv("FLX_SPIN", "0", 1);
     ck_assert_int_eq(flx_config_load(&cfg), FLX_OK);
     ck_assert_int_eq(cfg.algo, FLX_ALGO_RING);
     ck_assert_int_eq(cfg.algo, 1);
@@ -276,7 +276,7 @@ START_TEST(test_load_overrides)
     ck_assert(fabs(cfg.alpha_s - 5e-6) < 1e-18);
     ck_assert(cfg.beta == 1e9); /* decimal: 1G = 1e9 bytes/s */
     ck_assert_uint_eq(cfg.tcp_sockbuf, 4 << 20);
-    ck_assert_int_eq(cfg.nthreads, 4);
+    ck_assert(cfg.spin_s == 0);
     /* untouched knobs keep their defaults */
     ck_assert(cfg.handshake_timeout_s == 5.0);
 
@@ -302,7 +302,7 @@ START_TEST(test_load_malformed)
         {"FLX_ALGO", "fast"},         {"FLX_ALGO", ""},             {"FLX_NET", "udp"},
         {"FLX_LOG_LEVEL", "loud"},    {"FLX_LOG_SUBSYS", "disk"},   {"FLX_RANK", "-3"},
         {"FLX_RANK", "two"},          {"FLX_RANK", "16777217"},     {"FLX_SIZE", "0"},
-        {"FLX_CALIBRATE", "maybe"},   {"FLX_NTHREADS", "0"},        {"FLX_NTHREADS", "65"},
+        {"FLX_CALIBRATE", "maybe"},   {"FLX_SPIN", "fast"},        {"FLX_SPIN", "-1us"},
         {"FLX_HANDSHAKE_TIMEOUT", "5h"}, {"FLX_CONNECT_TIMEOUT", "x"}, {"FLX_ALPHA", "fast"},
         {"FLX_BETA", "10Gbit"},       {"FLX_TCP_SOCKBUF", "4x"},
     };
@@ -395,7 +395,7 @@ START_TEST(test_config_print)
     }
     ck_assert_ptr_nonnull(strstr(text, "\nFLX_TIMEOUT=30s    # default: 30s\n"));
     ck_assert_ptr_nonnull(strstr(text, "\nFLX_ALGO=auto    # default: auto\n"));
-    ck_assert_ptr_nonnull(strstr(text, "\nFLX_CHUNK_SIZE=256k    # default: 256k\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nFLX_CHUNK_SIZE=512k    # default: 512k\n"));
     ck_assert_ptr_nonnull(strstr(text, "\nFLX_JOB_SECRET=    # default: (unset)\n"));
     /* help text and choices */
     ck_assert_ptr_nonnull(strstr(text, "# a collective that makes no progress for this long"));

@@ -58,7 +58,9 @@ int main(int argc, char **argv)
     }
     printf("# flexcoll %s\n", flx_version_string());
     printf("# build features: %s\n", flx_build_features());
-    printf("# transports: tcp%s\n", strstr(flx_build_features(), "verbs") ? ", ib" : "");
+    printf("# transports: tcp (ib: %s)\n", strstr(flx_build_features(), "verbs")
+                                               ? "rdma-core found, backend not implemented yet"
+                                               : "not built");
     printf("# collectives: allreduce (ring, tree, rd), allgather (ring, rd/Bruck), broadcast "
            "(binomial, chain), reduce_scatter (ring), barrier (dissemination)\n");
     printf("# dtypes: float double half bfloat16 int32 int64; ops: sum prod min max avg\n");

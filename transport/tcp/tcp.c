@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -506,7 +507,8 @@ static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c)
 
 static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
 {
-    int n = 0, rc, ms;
+    int n = 0, rc = 0, ms;
+    double spin_end;
 
     if (ctx->err != FLX_OK)
         return ctx->err;
@@ -519,8 +521,19 @@ static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
         ctx->pfds[n].revents = 0;
         ctx->pfd_peer[n++] = p;
     }
-    ms = timeout_s <= 0 ? 0 : timeout_s > 1.0 ? 1000 : (int)(timeout_s * 1000.0) + 1;
-    rc = poll(ctx->pfds, (nfds_t)n, ms);
+    /* spin a little (a reply often comes within microseconds and a sleep
+     * costs more than that), yielding the core to other ranks, then sleep */
+    spin_end = ctx->cfg.spin_s > 0 ? flx_time_now() + FLX_MIN(ctx->cfg.spin_s, timeout_s) : 0;
+    do {
+        rc = poll(ctx->pfds, (nfds_t)n, 0);
+        if (rc != 0)
+            break;
+        sched_yield();
+    } while (flx_time_now() < spin_end);
+    if (rc == 0 && timeout_s > 0) {
+        ms = timeout_s > 1.0 ? 1000 : (int)(timeout_s * 1000.0) + 1;
+        rc = poll(ctx->pfds, (nfds_t)n, ms);
+    }
     if (rc < 0) {
         if (errno == EINTR)
             return FLX_OK;
