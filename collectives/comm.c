@@ -121,13 +121,20 @@ static flx_status_t comm_pick_net(flx_comm_h comm, const flx_comm_params_t *para
             return st;
         net = comm->cfg.net;
     }
+#ifdef FLX_HAVE_VERBS
+    if (net == FLX_NET_AUTO && comm->size > 1 && ib_dev_available())
+        net = FLX_NET_IB;
+    comm->tl = net == FLX_NET_IB ? &tl_ib_ops : &tl_tcp_ops;
+#else
     if (net == FLX_NET_IB) {
-        flx_error(INIT, comm->rank, "FLX_NET=ib: the ib backend is not available in this "
-                  "build (use FLX_NET=tcp or auto)");
+        flx_error(INIT, comm->rank, "FLX_NET=ib: this build has no ib backend (configure did "
+                  "not find libibverbs + librdmacm)");
         return FLX_ERR_UNSUPPORTED;
     }
     comm->tl = &tl_tcp_ops;
-    flx_info(INIT, comm->rank, "transport: %s", comm->tl->name);
+#endif
+    flx_info(INIT, comm->rank, "transport: %s (FLX_NET=%s)", comm->tl->name,
+             net == FLX_NET_IB ? "ib" : net == FLX_NET_TCP ? "tcp" : "auto");
     return FLX_OK;
 }
 

@@ -66,6 +66,16 @@ static const cfg_field_t cfg_table[] = {
      CFG_RATE, OFF(beta), 0, 0, 0, NULL},
     {"SPIN", "50us", "busy-poll this long (yielding the core) before sleeping in poll(); 0 sleeps at once",
      CFG_TIME, OFF(spin_s), 0, 0, 0, NULL},
+    {"IB_HCA", "", "RDMA device and port for the ib backend, name[:port] (default: hwloc-nearest active port)",
+     CFG_STRING, OFF(ib_hca), SZ(ib_hca), 0, 0, NULL},
+    {"IB_GID_INDEX", "", "GID entry whose IPv4 address rdmacm binds (default: the port's netdev address)",
+     CFG_INT, OFF(ib_gid_index), 0, 0, 255, NULL},
+    {"IB_EAGER", "8k", "ib: messages up to this size are copied through bounce buffers; larger ones are "
+     "RDMA-written into the receiver's buffer", CFG_SIZE, OFF(ib_eager), 0, 0, 0, NULL},
+    {"IB_RECV_DEPTH", "64", "ib: receives pre-posted per peer (the credits of the flow control)", CFG_INT,
+     OFF(ib_recv_depth), 0, 8, 4096, NULL},
+    {"IB_REG_CACHE", "256", "ib: registered buffers kept for reuse (least recently used evicted); 0 registers "
+     "per message", CFG_INT, OFF(ib_reg_cache), 0, 0, 1 << 20, NULL},
 };
 #define CFG_COUNT (sizeof(cfg_table) / sizeof(cfg_table[0]))
 

@@ -28,6 +28,11 @@ typedef struct {
     double alpha_s;             /* FLX_ALPHA, 0 = measure */
     double beta;                /* FLX_BETA bytes/s, 0 = measure */
     double spin_s;              /* FLX_SPIN: busy-poll before sleeping */
+    char ib_hca[64];            /* FLX_IB_HCA name[:port] */
+    int ib_gid_index;           /* FLX_IB_GID_INDEX, -1 = rdmacm decides */
+    size_t ib_eager;            /* FLX_IB_EAGER: largest eager payload */
+    int ib_recv_depth;          /* FLX_IB_RECV_DEPTH: receives posted per peer */
+    int ib_reg_cache;           /* FLX_IB_REG_CACHE: cached registrations, 0 = off */
 } flx_config_t;
 
 enum { FLX_NET_AUTO = 0, FLX_NET_TCP = 1, FLX_NET_IB = 2 };

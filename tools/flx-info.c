@@ -2,6 +2,9 @@
  * network devices, and (-c) every FLX_* knob with its value and help. */
 #include "flexcoll.h"
 #include "common/config.h"
+#ifdef FLX_HAVE_VERBS
+#include "transport/ib/ib.h"
+#endif
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -58,12 +61,13 @@ int main(int argc, char **argv)
     }
     printf("# flexcoll %s\n", flx_version_string());
     printf("# build features: %s\n", flx_build_features());
-    printf("# transports: tcp (ib: %s)\n", strstr(flx_build_features(), "verbs")
-                                               ? "rdma-core found, backend not implemented yet"
-                                               : "not built");
+    printf("# transports: tcp%s\n", strstr(flx_build_features(), "verbs") ? ", ib" : "");
     printf("# collectives: allreduce (ring, tree, rd), allgather (ring, rd/Bruck), broadcast "
            "(binomial, chain), reduce_scatter (ring), barrier (dissemination)\n");
     printf("# dtypes: float double half bfloat16 int32 int64; ops: sum prod min max avg\n");
     print_devices();
+#ifdef FLX_HAVE_VERBS
+    ib_dev_print(stdout);
+#endif
     return 0;
 }

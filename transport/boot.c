@@ -282,3 +282,30 @@ int boot_take_fd(boot_t *boot, int peer)
     boot->fds[peer] = -1;
     return fd;
 }
+
+/* Full mesh exchange: send ours to every peer (lower ranks first so that
+ * no pair waits on each other with full buffers), receive from every peer. */
+flx_status_t boot_allgather(boot_t *boot, const void *mine, void *all, size_t len)
+{
+    double deadline = flx_time_now() + boot->cfg.connect_timeout_s;
+    char *out = all;
+    flx_status_t st = FLX_OK;
+
+    memcpy(out + (size_t)boot->rank * len, mine, len);
+    for (int d = 1; d < boot->size && st == FLX_OK; d++) {
+        int to = (boot->rank + d) % boot->size;
+        int from = (boot->rank - d + boot->size) % boot->size;
+        if (boot->fds[to] < 0 || boot->fds[from] < 0) {
+            flx_error(INIT, boot->rank, "bootstrap exchange: no connection to rank %d",
+                      boot->fds[to] < 0 ? to : from);
+            return FLX_ERR_PEER_LOST;
+        }
+        st = sock_send_all(boot->fds[to], mine, len, deadline);
+        if (st == FLX_OK)
+            st = sock_recv_all(boot->fds[from], out + (size_t)from * len, len, deadline);
+    }
+    if (st != FLX_OK)
+        flx_error(INIT, boot->rank, "bootstrap exchange of %zu bytes failed: %s", len,
+                  flx_status_string(st));
+    return st;
+}

@@ -31,6 +31,10 @@ flx_status_t boot_create(int rank, int size, const char *root, const char *secre
                          const flx_config_t *cfg, boot_t **boot_p);
 /* Closes the sockets still owned by the bootstrap. */
 void boot_destroy(boot_t *boot);
+/* Every rank contributes len bytes; all_p (size * len) receives rank r's at
+ * r * len.  Runs over the authenticated mesh sockets still owned by the
+ * bootstrap; used by backends to exchange connection data. */
+flx_status_t boot_allgather(boot_t *boot, const void *mine, void *all, size_t len);
 /* Hand the socket to peer over to the caller (who closes it). */
 int boot_take_fd(boot_t *boot, int peer);
 

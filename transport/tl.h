@@ -78,6 +78,8 @@ typedef struct tl_ops {
 extern const tl_ops_t tl_tcp_ops;
 #ifdef FLX_HAVE_VERBS
 extern const tl_ops_t tl_ib_ops;
+/* an ACTIVE RDMA port exists (FLX_NET=auto picks ib then) */
+int ib_dev_available(void);
 #endif
 
 /* Equal signatures? (the (seq, step) match is the backend's) */

@@ -241,6 +241,17 @@ static flx_status_t mismatch(tl_ctx_t *ctx, tcp_conn_t *c, const tcp_hdr_t *h,
     return FLX_ERR_MISMATCH;
 }
 
+/* The wire's length must be what the receive expects; else fail. */
+static int length_ok(tl_ctx_t *ctx, tcp_conn_t *c, const tcp_hdr_t *h, size_t expected)
+{
+    if (h->len == expected)
+        return 1;
+    flx_error(NET, ctx->rank, "rank %d sent %llu bytes for collective #%u step %u, expected %zu",
+              c->peer, (unsigned long long)h->len, h->seq, h->step, expected);
+    tcp_fail(ctx, FLX_ERR_PROTOCOL, "length");
+    return 0;
+}
+
 static void unexp_remove(tcp_conn_t *c, tcp_unexp_t *u)
 {
     tcp_unexp_t **pp = &c->unexp_head;
@@ -280,13 +291,8 @@ static flx_status_t tcp_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void
             return mismatch(ctx, c, &u->hdr, tag);
         if (u->hdr.step != tag->step)
             continue;
-        if (u->hdr.len != len) {
-            flx_error(NET, ctx->rank, "rank %d sent %llu bytes for collective #%u step %u, "
-                      "expected %zu", peer, (unsigned long long)u->hdr.len, tag->seq,
-                      tag->step, len);
-            tcp_fail(ctx, FLX_ERR_PROTOCOL, "length");
+        if (!length_ok(ctx, c, &u->hdr, len))
             return FLX_ERR_PROTOCOL;
-        }
         if (u->got < len) {   /* still arriving: finish when complete */
             u->claimed = req;
             return FLX_OK;
@@ -364,13 +370,8 @@ static int conn_dispatch_header(tl_ctx_t *ctx, tcp_conn_t *c)
         }
         if (r->tag.step != h->step)
             continue;
-        if (h->len != r->len) {
-            flx_error(NET, ctx->rank, "rank %d sent %llu bytes for collective #%u step %u, "
-                      "expected %zu", c->peer, (unsigned long long)h->len, h->seq, h->step,
-                      r->len);
-            tcp_fail(ctx, FLX_ERR_PROTOCOL, "length");
+        if (!length_ok(ctx, c, h, r->len))
             return -1;
-        }
         if (prev)
             prev->next = r->next;
         else

@@ -1,0 +1,301 @@
+/* conn.c -- rdmacm connection setup and teardown.
+ *
+ * Every rank listens on its HCA's address; addresses, ports and a fresh
+ * nonce per rank go round over the authenticated bootstrap mesh.  Rank i
+ * connects to every j < i (address and route resolution by rdmacm, so the
+ * GID and RoCE version are right) and accepts every j > i.  A connect
+ * request must carry the claimed rank's nonce, which only job members
+ * learned: strangers are rejected before they get a QP. */
+#include "transport/ib/ib.h"
+#include "common/log.h"
+#include "common/time.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <sodium.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define IB_PRIV_MAGIC 0x464c5849u /* "FLXI" */
+#define IB_NONCE_BYTES 16
+
+typedef struct {
+    uint32_t ip;                 /* network order */
+    uint16_t port;               /* network order */
+    uint16_t pad;
+    uint8_t nonce[IB_NONCE_BYTES];
+} ib_boot_info_t;
+
+typedef struct {
+    uint32_t magic;
+    int32_t rank;
+    uint8_t nonce[IB_NONCE_BYTES];
+} ib_priv_t;
+
+static flx_status_t wait_cm_event(tl_ctx_t *ctx, struct rdma_event_channel *ch, double deadline,
+                                  struct rdma_cm_event **ev_p)
+{
+    for (;;) {
+        struct pollfd pfd = {.fd = ch->fd, .events = POLLIN};
+        double left = deadline - flx_time_now();
+        int rc;
+
+        if (left <= 0) {
+            flx_error(NET, ctx->rank, "ib: connection setup timed out after %.0f s",
+                      ctx->cfg.connect_timeout_s);
+            return FLX_ERR_TIMED_OUT;
+        }
+        rc = poll(&pfd, 1, left > 1 ? 1000 : (int)(left * 1000) + 1);
+        if (rc < 0 && errno != EINTR)
+            return FLX_ERR_SYSTEM;
+        if (rc > 0) {
+            if (rdma_get_cm_event(ch, ev_p) != 0) {
+                flx_error(NET, ctx->rank, "rdma_get_cm_event failed: %m");
+                return FLX_ERR_SYSTEM;
+            }
+            return FLX_OK;
+        }
+    }
+}
+
+/* wait for one event of the expected type on id */
+static flx_status_t expect_event(tl_ctx_t *ctx, struct rdma_event_channel *ch,
+                                 enum rdma_cm_event_type want, int peer, double deadline)
+{
+    struct rdma_cm_event *ev;
+    flx_status_t st = wait_cm_event(ctx, ch, deadline, &ev);
+    int status;
+    enum rdma_cm_event_type got;
+
+    if (st != FLX_OK)
+        return st;
+    got = ev->event;
+    status = ev->status;
+    rdma_ack_cm_event(ev);
+    if (got != want) {
+        flx_error(NET, ctx->rank, "ib: connecting to rank %d: expected %s, got %s (status %d)",
+                  peer, rdma_event_str(want), rdma_event_str(got), status);
+        return got == RDMA_CM_EVENT_REJECTED || got == RDMA_CM_EVENT_UNREACHABLE
+                   ? FLX_ERR_PEER_LOST
+                   : FLX_ERR_SYSTEM;
+    }
+    return FLX_OK;
+}
+
+static flx_status_t conn_create_qp(tl_ctx_t *ctx, ib_conn_t *c, struct rdma_cm_id *id)
+{
+    struct ibv_qp_init_attr qa;
+    flx_status_t st;
+
+    memset(&qa, 0, sizeof(qa));
+    qa.qp_type = IBV_QPT_RC;
+    qa.send_cq = ctx->cq;
+    qa.recv_cq = ctx->cq;
+    qa.cap.max_send_wr = (uint32_t)(IB_SEND_SLOTS + ctx->recv_depth + 16);
+    qa.cap.max_recv_wr = (uint32_t)ctx->recv_depth;
+    qa.cap.max_send_sge = 1;
+    qa.cap.max_recv_sge = 1;
+    qa.cap.max_inline_data = 128;
+    if (rdma_create_qp(id, ctx->pd, &qa) != 0) {
+        qa.cap.max_inline_data = 0;
+        if (rdma_create_qp(id, ctx->pd, &qa) != 0) {
+            flx_error(NET, ctx->rank, "ib: cannot create a QP for rank %d (send %u, recv %u "
+                      "WRs): %m", c->peer, qa.cap.max_send_wr, qa.cap.max_recv_wr);
+            return FLX_ERR_SYSTEM;
+        }
+    }
+    if (ctx->max_inline == 0 || qa.cap.max_inline_data < ctx->max_inline)
+        ctx->max_inline = qa.cap.max_inline_data;
+    c->id = id;
+    c->qp = id->qp;
+    id->context = c;
+    for (int k = 0; k < ctx->recv_depth; k++) {
+        st = ib_post_recv_slot(ctx, c, k);
+        if (st != FLX_OK)
+            return st;
+    }
+    c->credits = ctx->recv_depth;
+    return FLX_OK;
+}
+
+static flx_status_t conn_connect(tl_ctx_t *ctx, ib_conn_t *c, const ib_boot_info_t *info,
+                                 const ib_boot_info_t *mine, double deadline)
+{
+    struct sockaddr_in dst = {.sin_family = AF_INET};
+    struct sockaddr_in src = ctx->dev.addr;
+    struct rdma_conn_param param;
+    struct rdma_cm_id *id;
+    ib_priv_t priv = {.magic = htonl(IB_PRIV_MAGIC), .rank = (int32_t)htonl((uint32_t)ctx->rank)};
+    flx_status_t st;
+
+    dst.sin_addr.s_addr = info->ip;
+    dst.sin_port = info->port;
+    src.sin_port = 0;
+    memcpy(priv.nonce, mine->nonce, sizeof(priv.nonce));
+    if (rdma_create_id(ctx->ch_active, &id, c, RDMA_PS_TCP) != 0) {
+        flx_error(NET, ctx->rank, "rdma_create_id failed: %m");
+        return FLX_ERR_SYSTEM;
+    }
+    if (rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&dst, 2000) != 0) {
+        flx_error(NET, ctx->rank, "rdma_resolve_addr to rank %d failed: %m", c->peer);
+        rdma_destroy_id(id);
+        return FLX_ERR_SYSTEM;
+    }
+    st = expect_event(ctx, ctx->ch_active, RDMA_CM_EVENT_ADDR_RESOLVED, c->peer, deadline);
+    if (st == FLX_OK && rdma_resolve_route(id, 2000) != 0)
+        st = FLX_ERR_SYSTEM;
+    if (st == FLX_OK)
+        st = expect_event(ctx, ctx->ch_active, RDMA_CM_EVENT_ROUTE_RESOLVED, c->peer, deadline);
+    if (st == FLX_OK)
+        st = conn_create_qp(ctx, c, id);
+    if (st != FLX_OK) {
+        if (id->qp)
+            rdma_destroy_qp(id);
+        rdma_destroy_id(id);
+        c->id = NULL;
+        c->qp = NULL;
+        return st;
+    }
+    memset(&param, 0, sizeof(param));
+    param.private_data = &priv;
+    param.private_data_len = sizeof(priv);
+    param.retry_count = 7;
+    param.rnr_retry_count = 7;
+    if (rdma_connect(id, &param) != 0) {
+        flx_error(NET, ctx->rank, "rdma_connect to rank %d failed: %m", c->peer);
+        return FLX_ERR_SYSTEM;
+    }
+    st = expect_event(ctx, ctx->ch_active, RDMA_CM_EVENT_ESTABLISHED, c->peer, deadline);
+    if (st == FLX_OK)
+        c->connected = 1;
+    return st;
+}
+
+/* accept the ranks above us; reject anything else */
+static flx_status_t conn_accept_all(tl_ctx_t *ctx, const ib_boot_info_t *infos, double deadline)
+{
+    int want = ctx->size - 1 - ctx->rank, established = 0;
+
+    while (established < want) {
+        struct rdma_cm_event *ev;
+        flx_status_t st = wait_cm_event(ctx, ctx->ch_listen, deadline, &ev);
+        if (st != FLX_OK)
+            return st;
+        if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+            const ib_priv_t *priv = ev->param.conn.private_data;
+            struct rdma_cm_id *id = ev->id;
+            int peer = -1;
+            if (priv && ev->param.conn.private_data_len >= sizeof(*priv) &&
+                ntohl(priv->magic) == IB_PRIV_MAGIC)
+                peer = (int)ntohl((uint32_t)priv->rank);
+            if (peer <= ctx->rank || peer >= ctx->size || ctx->conns[peer].id != NULL ||
+                sodium_memcmp(priv->nonce, infos[peer].nonce, IB_NONCE_BYTES) != 0) {
+                flx_warn(NET, ctx->rank, "ib: rejected a connection request claiming rank %d "
+                         "(not a member of this job, or a duplicate)", peer);
+                rdma_reject(id, NULL, 0);
+                rdma_ack_cm_event(ev);
+                continue;
+            }
+            st = conn_create_qp(ctx, &ctx->conns[peer], id);
+            if (st == FLX_OK) {
+                struct rdma_conn_param param;
+                memset(&param, 0, sizeof(param));
+                param.retry_count = 7;
+                param.rnr_retry_count = 7;
+                if (rdma_accept(id, &param) != 0) {
+                    flx_error(NET, ctx->rank, "rdma_accept of rank %d failed: %m", peer);
+                    st = FLX_ERR_SYSTEM;
+                }
+            }
+            rdma_ack_cm_event(ev);
+            if (st != FLX_OK)
+                return st;
+        } else if (ev->event == RDMA_CM_EVENT_ESTABLISHED) {
+            ib_conn_t *c = ev->id->context;
+            rdma_ack_cm_event(ev);
+            if (c && !c->connected) {
+                c->connected = 1;
+                established++;
+            }
+        } else {
+            flx_warn(NET, ctx->rank, "ib: connection event %s (status %d) while accepting",
+                     rdma_event_str(ev->event), ev->status);
+            rdma_ack_cm_event(ev);
+        }
+    }
+    return FLX_OK;
+}
+
+flx_status_t ib_conn_setup(tl_ctx_t *ctx, boot_t *boot)
+{
+    double deadline = flx_time_now() + ctx->cfg.connect_timeout_s;
+    ib_boot_info_t mine, *infos;
+    struct sockaddr_in bound;
+    flx_status_t st;
+
+    ctx->ch_listen = rdma_create_event_channel();
+    ctx->ch_active = rdma_create_event_channel();
+    if (ctx->ch_listen == NULL || ctx->ch_active == NULL) {
+        flx_error(NET, ctx->rank, "rdma_create_event_channel failed: %m");
+        return FLX_ERR_SYSTEM;
+    }
+    bound = ctx->dev.addr;
+    bound.sin_port = 0;
+    if (rdma_create_id(ctx->ch_listen, &ctx->listen_id, NULL, RDMA_PS_TCP) != 0 ||
+        rdma_bind_addr(ctx->listen_id, (struct sockaddr *)&bound) != 0 ||
+        rdma_listen(ctx->listen_id, ctx->size + 8) != 0) {
+        char ip[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &bound.sin_addr, ip, sizeof(ip));
+        flx_error(NET, ctx->rank, "ib: cannot listen on %s (%s): %m", ip, ctx->dev.name);
+        return FLX_ERR_SYSTEM;
+    }
+    ctx->verbs = ctx->listen_id->verbs;
+    st = ib_resources_create(ctx);
+    if (st != FLX_OK)
+        return st;
+    memset(&mine, 0, sizeof(mine));
+    mine.ip = bound.sin_addr.s_addr;
+    mine.port = rdma_get_src_port(ctx->listen_id);
+    randombytes_buf(mine.nonce, sizeof(mine.nonce));
+    infos = calloc((size_t)ctx->size, sizeof(*infos));
+    if (infos == NULL)
+        return FLX_ERR_NO_MEMORY;
+    st = boot_allgather(boot, &mine, infos, sizeof(mine));
+    for (int j = 0; j < ctx->rank && st == FLX_OK; j++)
+        st = conn_connect(ctx, &ctx->conns[j], &infos[j], &mine, deadline);
+    if (st == FLX_OK)
+        st = conn_accept_all(ctx, infos, deadline);
+    sodium_memzero(infos, (size_t)ctx->size * sizeof(*infos));
+    free(infos);
+    return st;
+}
+
+void ib_conn_teardown(tl_ctx_t *ctx)
+{
+    for (int p = 0; ctx->conns && p < ctx->size; p++) {
+        ib_conn_t *c = &ctx->conns[p];
+        if (c->id == NULL)
+            continue;
+        if (c->connected)
+            rdma_disconnect(c->id);
+        if (c->id->qp)
+            rdma_destroy_qp(c->id);
+        rdma_destroy_id(c->id);
+        c->id = NULL;
+        c->qp = NULL;
+    }
+}
+
+/* last: the verbs context (and so the PD and CQ) hangs off this id */
+void ib_conn_close_listener(tl_ctx_t *ctx)
+{
+    if (ctx->listen_id)
+        rdma_destroy_id(ctx->listen_id);
+    ctx->listen_id = NULL;
+    if (ctx->ch_active)
+        rdma_destroy_event_channel(ctx->ch_active);
+    if (ctx->ch_listen)
+        rdma_destroy_event_channel(ctx->ch_listen);
+    ctx->ch_active = ctx->ch_listen = NULL;
+}

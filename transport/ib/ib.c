@@ -1,0 +1,979 @@
+/* ib.c -- the ib backend's data path and life cycle (see ib.h). */
+#include "transport/ib/ib.h"
+#include "common/log.h"
+#include "common/time.h"
+#include "common/util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* wr_id: kind in the top 4 bits, then peer (20 bits), then a 40-bit index;
+ * writes carry the request pointer (user space fits in 48 bits) */
+enum { WR_RECV = 1, WR_SEND = 2, WR_WRITE = 3 };
+#define WR_ID(kind, peer, idx) \
+    (((uint64_t)(kind) << 60) | ((uint64_t)(peer) << 40) | ((uint64_t)(idx) & 0xffffffffffULL))
+#define WR_KIND(id) ((int)((id) >> 60))
+#define WR_PEER(id) ((int)(((id) >> 40) & 0xfffff))
+#define WR_IDX(id) ((id) & 0xffffffffffULL)
+#define WR_PTR_MASK 0x0fffffffffffffffULL
+
+/* request state in priv[] */
+#define RQ_MR 0      /* ib_mr_entry_t * of a large message              */
+#define RQ_FLAGS 1
+#define RQ_LINK 2    /* second list link (receives waiting to send CTS) */
+#define RQ_REMOTE 3  /* large send: remote address                      */
+#define RQ_RKEY_ID 4 /* large send: rkey << 32 | imm id                 */
+#define RQ_PIECES 5  /* large send: bytes posted << 16 | pieces in flight */
+#define F_LARGE 1u
+#define F_HAVE_CTS 2u
+
+#define IB_ERR_MAGIC 0x464c5845u /* "FLXE": failure report on the bootstrap socket */
+#define IB_MAX_PIECES 8
+
+typedef struct {
+    uint32_t magic;
+    int32_t status;
+    uint32_t seq;
+} ib_err_frame_t;
+
+static int seq_ge(uint32_t a, uint32_t b) { return (int32_t)(a - b) >= 0; }
+
+static void req_finish(tl_req_t *req, flx_status_t st)
+{
+    req->status = st;
+    req->complete = 1;
+}
+
+static int hdr_sig_equal(const ib_hdr_t *h, const tl_tag_t *t)
+{
+    return h->kind == t->kind && h->dtype == t->dtype && h->op == t->op && h->count == t->count;
+}
+
+static void hdr_from_tag(ib_hdr_t *h, int type, const tl_tag_t *tag, uint64_t len)
+{
+    memset(h, 0, sizeof(*h));
+    h->type = (uint8_t)type;
+    if (tag) {
+        h->kind = tag->kind;
+        h->dtype = tag->dtype;
+        h->op = tag->op;
+        h->seq = tag->seq;
+        h->step = tag->step;
+        h->count = tag->count;
+    }
+    h->len = len;
+}
+
+static void list_append(tl_req_t **head, tl_req_t **tail, tl_req_t *r)
+{
+    r->next = NULL;
+    if (*tail)
+        (*tail)->next = r;
+    else
+        *head = r;
+    *tail = r;
+}
+
+static void list_remove(tl_req_t **head, tl_req_t **tail, tl_req_t *r)
+{
+    tl_req_t *prev = NULL;
+
+    for (tl_req_t *it = *head; it; prev = it, it = it->next) {
+        if (it != r)
+            continue;
+        if (prev)
+            prev->next = it->next;
+        else
+            *head = it->next;
+        if (*tail == it)
+            *tail = prev;
+        it->next = NULL;
+        return;
+    }
+}
+
+/* ---- failure ---------------------------------------------------------------- */
+
+static void conn_fail_all(tl_ctx_t *ctx, ib_conn_t *c, flx_status_t st)
+{
+    tl_req_t *lists[3] = {c->posted_head, c->sendq_head, c->rdv_head};
+
+    for (int l = 0; l < 3; l++)
+        for (tl_req_t *r = lists[l]; r; r = r->next)
+            req_finish(r, st);
+    c->posted_head = c->posted_tail = NULL;
+    c->sendq_head = c->sendq_tail = NULL;
+    c->rdv_head = c->rdv_tail = NULL;
+    for (int i = 0; i < ctx->rdv_slots; i++)
+        if (ctx->rdv[i].req && ctx->rdv[i].req->peer == c->peer)
+            ctx->rdv[i].req = NULL; /* the registration stays cached */
+}
+
+static void ib_fail(tl_ctx_t *ctx, flx_status_t st, const char *why)
+{
+    ib_err_frame_t f = {.magic = IB_ERR_MAGIC, .status = st, .seq = ctx->cur_seq};
+
+    if (ctx->err != FLX_OK)
+        return;
+    ctx->err = st;
+    flx_debug(NET, ctx->rank, "ib transport failed (%s): %s", flx_status_name(st), why);
+    for (int p = 0; p < ctx->size; p++) {
+        int fd = ctx->boot->fds[p];
+        if (p == ctx->rank)
+            continue;
+        conn_fail_all(ctx, &ctx->conns[p], st);
+        if (fd >= 0)
+            (void)send(fd, &f, sizeof(f), MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+}
+
+static flx_status_t ib_error(tl_ctx_t *ctx) { return ctx->err; }
+
+static void posted_done(tl_ctx_t *ctx, ib_conn_t *c, tl_req_t *r, flx_status_t st);
+
+/* a peer failed at collective seq: fail that one and later ones here */
+static void fail_from_seq(tl_ctx_t *ctx, flx_status_t st, uint32_t seq)
+{
+    if (!ctx->remote_failed || !seq_ge(seq, ctx->remote_seq)) {
+        ctx->remote_failed = 1;
+        ctx->remote_seq = seq;
+        ctx->remote_err = st;
+    }
+    for (int p = 0; p < ctx->size; p++) {
+        ib_conn_t *c = &ctx->conns[p];
+        tl_req_t **heads[3] = {&c->posted_head, &c->sendq_head, &c->rdv_head};
+        tl_req_t **tails[3] = {&c->posted_tail, &c->sendq_tail, &c->rdv_tail};
+        for (int l = 0; l < 3; l++) {
+            tl_req_t *r = *heads[l];
+            while (r) {
+                tl_req_t *next = r->next;
+                /* writes already on the wire finish on their own */
+                if (seq_ge(r->tag.seq, seq) && !(l == 2 && r->priv[RQ_PIECES] != 0)) {
+                    if (l == 0) {
+                        posted_done(ctx, c, r, st);
+                    } else {
+                        list_remove(heads[l], tails[l], r);
+                        req_finish(r, st);
+                    }
+                }
+                r = next;
+            }
+        }
+    }
+}
+
+static flx_status_t req_doomed(tl_ctx_t *ctx, ib_conn_t *c, const tl_tag_t *tag)
+{
+    if (ctx->err != FLX_OK)
+        return ctx->err;
+    if (ctx->remote_failed && seq_ge(tag->seq, ctx->remote_seq))
+        return ctx->remote_err;
+    if (c->errored || c->bye)
+        return FLX_ERR_PEER_LOST;
+    return FLX_OK;
+}
+
+/* ---- posting -------------------------------------------------------------------- */
+
+flx_status_t ib_post_recv_slot(tl_ctx_t *ctx, ib_conn_t *c, int slot)
+{
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)(ctx->recv_pool +
+                            ((size_t)c->peer * (size_t)ctx->recv_depth + (size_t)slot) *
+                                ctx->slot_size),
+        .length = (uint32_t)ctx->slot_size,
+        .lkey = ctx->recv_mr->lkey,
+    };
+    struct ibv_recv_wr wr = {.wr_id = WR_ID(WR_RECV, c->peer, slot), .sg_list = &sge,
+                             .num_sge = 1}, *bad;
+
+    if (ibv_post_recv(c->qp, &wr, &bad) != 0) {
+        flx_error(NET, ctx->rank, "ibv_post_recv to rank %d failed: %m", c->peer);
+        return FLX_ERR_SYSTEM;
+    }
+    return FLX_OK;
+}
+
+static int can_send(tl_ctx_t *ctx, ib_conn_t *c, int credits_needed)
+{
+    (void)ctx;
+    return c->qp && !c->errored && c->s_head - c->s_tail < IB_SEND_SLOTS - 1 &&
+           c->credits >= credits_needed;
+}
+
+/* SEND header (+ payload) through the next bounce slot */
+static flx_status_t post_msg(tl_ctx_t *ctx, ib_conn_t *c, ib_hdr_t *h, const void *payload,
+                             size_t len, int force_signal)
+{
+    uint64_t n = c->s_head;
+    char *slot = ctx->send_pool +
+                 ((size_t)c->peer * IB_SEND_SLOTS + (size_t)(n % IB_SEND_SLOTS)) * ctx->slot_size;
+    size_t total = sizeof(*h) + len;
+    int signal = force_signal || n % 16 == 15 || c->s_head - c->s_tail >= IB_SEND_SLOTS - 4;
+    struct ibv_sge sge = {.addr = (uintptr_t)slot, .length = (uint32_t)total,
+                          .lkey = ctx->send_mr->lkey};
+    struct ibv_send_wr wr, *bad;
+
+    h->credits = (uint16_t)c->to_return;
+    memcpy(slot, h, sizeof(*h));
+    if (len)
+        memcpy(slot + sizeof(*h), payload, len);
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id = WR_ID(WR_SEND, c->peer, n);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = (signal ? IBV_SEND_SIGNALED : 0) |
+                    (total <= ctx->max_inline ? IBV_SEND_INLINE : 0);
+    if (ibv_post_send(c->qp, &wr, &bad) != 0) {
+        flx_error(NET, ctx->rank, "ibv_post_send (%zu bytes) to rank %d failed: %m", total,
+                  c->peer);
+        return FLX_ERR_SYSTEM;
+    }
+    c->to_return = 0;
+    c->s_head++;
+    c->credits--;
+    return FLX_OK;
+}
+
+/* RDMA-write what fits of a large send; the last piece carries the IMM */
+static flx_status_t post_write_pieces(tl_ctx_t *ctx, ib_conn_t *c, tl_req_t *r)
+{
+    const size_t piece_max = (size_t)1 << 22; /* under every device's max_msg_sz */
+    ib_mr_entry_t *mr = (ib_mr_entry_t *)(uintptr_t)r->priv[RQ_MR];
+    size_t posted = (size_t)(r->priv[RQ_PIECES] >> 16);
+    unsigned inflight = (unsigned)(r->priv[RQ_PIECES] & 0xffff);
+
+    while (posted < r->len && inflight < IB_MAX_PIECES) {
+        size_t n = FLX_MIN(piece_max, r->len - posted);
+        int last = posted + n == r->len;
+        struct ibv_sge sge = {.addr = (uintptr_t)r->buf + posted, .length = (uint32_t)n,
+                              .lkey = mr->mr->lkey};
+        struct ibv_send_wr wr, *bad;
+
+        if (last && c->credits < 2)
+            break; /* the IMM consumes one of the peer's receives */
+        memset(&wr, 0, sizeof(wr));
+        wr.wr_id = ((uint64_t)WR_WRITE << 60) | ((uintptr_t)r & WR_PTR_MASK);
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.wr.rdma.remote_addr = r->priv[RQ_REMOTE] + posted;
+        wr.wr.rdma.rkey = (uint32_t)(r->priv[RQ_RKEY_ID] >> 32);
+        if (last)
+            wr.imm_data = htonl((uint32_t)r->priv[RQ_RKEY_ID]);
+        if (ibv_post_send(c->qp, &wr, &bad) != 0) {
+            flx_error(NET, ctx->rank, "RDMA write of %zu bytes to rank %d failed: %m", n,
+                      c->peer);
+            return FLX_ERR_SYSTEM;
+        }
+        if (last)
+            c->credits--;
+        posted += n;
+        inflight++;
+    }
+    r->priv[RQ_PIECES] = ((uint64_t)posted << 16) | inflight;
+    return FLX_OK;
+}
+
+/* Move everything that waits on this connection as far as resources allow. */
+static flx_status_t conn_flush(tl_ctx_t *ctx, ib_conn_t *c)
+{
+    flx_status_t st = FLX_OK;
+
+    if (c->qp == NULL || c->errored)
+        return FLX_OK;
+    /* receives whose CTS has not gone out yet (linked through RQ_LINK) */
+    for (tl_req_t *r = c->posted_head; r && st == FLX_OK; r = r->next) {
+        ib_hdr_t h;
+        if (!(r->priv[RQ_FLAGS] & F_LARGE) || r->priv[RQ_LINK] != 1)
+            continue;
+        if (!can_send(ctx, c, 2))
+            break;
+        hdr_from_tag(&h, IB_MSG_CTS, &r->tag, r->len);
+        h.addr = (uintptr_t)r->buf;
+        h.rkey = ((ib_mr_entry_t *)(uintptr_t)r->priv[RQ_MR])->mr->rkey;
+        h.id = (uint32_t)r->priv[RQ_RKEY_ID];
+        st = post_msg(ctx, c, &h, NULL, 0, 0);
+        r->priv[RQ_LINK] = 0;
+    }
+    /* sends in order: eager payloads, and the RTS of large ones */
+    while (st == FLX_OK && c->sendq_head && can_send(ctx, c, 2)) {
+        tl_req_t *r = c->sendq_head;
+        int large = (r->priv[RQ_FLAGS] & F_LARGE) != 0;
+        ib_hdr_t h;
+
+        /* a large send whose CTS is already here needs no RTS */
+        if (!large || !(r->priv[RQ_FLAGS] & F_HAVE_CTS)) {
+            hdr_from_tag(&h, large ? IB_MSG_RTS : IB_MSG_EAGER, &r->tag, r->len);
+            st = post_msg(ctx, c, &h, r->buf, large ? 0 : r->len, 0);
+            if (st != FLX_OK)
+                break;
+        }
+        list_remove(&c->sendq_head, &c->sendq_tail, r);
+        if (large)
+            list_append(&c->rdv_head, &c->rdv_tail, r);
+        else
+            req_finish(r, FLX_OK); /* the payload sits in the bounce slot */
+    }
+    /* large sends with a CTS: RDMA-write into the receiver's buffer */
+    for (tl_req_t *r = c->rdv_head; r && st == FLX_OK; r = r->next)
+        if (r->priv[RQ_FLAGS] & F_HAVE_CTS)
+            st = post_write_pieces(ctx, c, r);
+    /* give receives back when they pile up and nothing else carries them */
+    if (st == FLX_OK && c->to_return >= ctx->recv_depth / 2 && can_send(ctx, c, 1)) {
+        ib_hdr_t h;
+        hdr_from_tag(&h, IB_MSG_CREDIT, NULL, 0);
+        st = post_msg(ctx, c, &h, NULL, 0, 0);
+    }
+    if (st != FLX_OK)
+        ib_fail(ctx, st, "post");
+    return st;
+}
+
+/* ---- requests ------------------------------------------------------------------ */
+
+static flx_status_t mismatch(tl_ctx_t *ctx, ib_conn_t *c, const ib_hdr_t *h, const tl_tag_t *t)
+{
+    flx_error(NET, ctx->rank,
+              "collective #%u: rank %d called kind %u dtype %u op %u count %llu, "
+              "this rank kind %u dtype %u op %u count %llu",
+              t->seq, c->peer, h->kind, h->dtype, h->op, (unsigned long long)h->count, t->kind,
+              t->dtype, t->op, (unsigned long long)t->count);
+    ib_fail(ctx, FLX_ERR_MISMATCH, "mismatched collective");
+    return FLX_ERR_MISMATCH;
+}
+
+static flx_status_t length_error(tl_ctx_t *ctx, ib_conn_t *c, const ib_hdr_t *h, size_t want)
+{
+    flx_error(NET, ctx->rank, "rank %d sends %llu bytes for collective #%u step %u, expected %zu",
+              c->peer, (unsigned long long)h->len, h->seq, h->step, want);
+    ib_fail(ctx, FLX_ERR_MISMATCH, "length");
+    return FLX_ERR_MISMATCH;
+}
+
+static void req_init(tl_req_t *req, int peer, int is_send, const tl_tag_t *tag, void *buf,
+                     size_t len)
+{
+    memset(req, 0, sizeof(*req));
+    req->peer = peer;
+    req->is_send = is_send;
+    req->tag = *tag;
+    req->buf = buf;
+    req->len = len;
+}
+
+static flx_status_t ib_isend(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, const void *buf,
+                             size_t len, tl_req_t *req)
+{
+    ib_conn_t *c = &ctx->conns[peer];
+    flx_status_t st;
+
+    req_init(req, peer, 1, tag, (void *)buf, len);
+    if (seq_ge(tag->seq, ctx->cur_seq))
+        ctx->cur_seq = tag->seq;
+    if ((st = req_doomed(ctx, c, tag)) != FLX_OK) {
+        req_finish(req, st);
+        return st;
+    }
+    if (len > ctx->eager_max) {
+        ib_mr_entry_t *mr;
+        req->priv[RQ_FLAGS] = F_LARGE;
+        st = ib_mr_get(&ctx->mrc, (void *)buf, len, &mr);
+        if (st != FLX_OK) {
+            req_finish(req, st);
+            ib_fail(ctx, st, "registration");
+            return st;
+        }
+        req->priv[RQ_MR] = (uintptr_t)mr;
+        /* the receiver may have asked already */
+        for (ib_cts_t **pp = &c->cts_head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next) {
+            ib_cts_t *cts = *pp;
+            if (cts->hdr.seq != tag->seq || cts->hdr.step != tag->step)
+                continue;
+            if (!hdr_sig_equal(&cts->hdr, tag))
+                return mismatch(ctx, c, &cts->hdr, tag);
+            if (cts->hdr.len != len)
+                return length_error(ctx, c, &cts->hdr, len);
+            req->priv[RQ_REMOTE] = cts->hdr.addr;
+            req->priv[RQ_RKEY_ID] = ((uint64_t)cts->hdr.rkey << 32) | cts->hdr.id;
+            req->priv[RQ_FLAGS] |= F_HAVE_CTS;
+            *pp = cts->next;
+            if (c->cts_tail == cts)
+                c->cts_tail = prev;
+            free(cts);
+            break;
+        }
+    }
+    list_append(&c->sendq_head, &c->sendq_tail, req);
+    return conn_flush(ctx, c);
+}
+
+/* An eager message or RTS waiting for its receive (RTS: buf == NULL). */
+static flx_status_t ib_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void *buf,
+                             size_t len, tl_req_t *req)
+{
+    ib_conn_t *c = &ctx->conns[peer];
+    ib_unexp_t **pp, *prev = NULL;
+    flx_status_t st;
+
+    req_init(req, peer, 0, tag, buf, len);
+    if (seq_ge(tag->seq, ctx->cur_seq))
+        ctx->cur_seq = tag->seq;
+    if ((st = req_doomed(ctx, c, tag)) != FLX_OK) {
+        req_finish(req, st);
+        return st;
+    }
+    for (pp = &c->unexp_head; *pp; prev = *pp, pp = &(*pp)->next) {
+        ib_unexp_t *u = *pp;
+        int is_rts = u->hdr.type == IB_MSG_RTS;
+        if (u->hdr.seq != tag->seq)
+            continue;
+        if (!hdr_sig_equal(&u->hdr, tag))
+            return mismatch(ctx, c, &u->hdr, tag);
+        if (u->hdr.step != tag->step)
+            continue;
+        if (u->hdr.len != len || is_rts != (len > ctx->eager_max))
+            return length_error(ctx, c, &u->hdr, len);
+        *pp = u->next;
+        if (c->unexp_tail == u)
+            c->unexp_tail = prev;
+        if (!is_rts) {
+            if (len)
+                memcpy(buf, u->buf, len);
+            free(u->buf);
+            free(u);
+            req_finish(req, FLX_OK);
+            return FLX_OK;
+        }
+        free(u);
+        break;
+    }
+    if (c->eof && !c->bye) {
+        flx_error(NET, ctx->rank, "rank %d has left the job; collective #%u cannot complete",
+                  peer, tag->seq);
+        ib_fail(ctx, FLX_ERR_PEER_LOST, "peer gone");
+        req_finish(req, FLX_ERR_PEER_LOST);
+        return FLX_ERR_PEER_LOST;
+    }
+    if (len > ctx->eager_max) {
+        ib_mr_entry_t *mr;
+        uint32_t id;
+        int tries = 0;
+        st = ib_mr_get(&ctx->mrc, buf, len, &mr);
+        if (st != FLX_OK) {
+            req_finish(req, st);
+            ib_fail(ctx, st, "registration");
+            return st;
+        }
+        do {
+            id = ctx->rdv_next++ % (uint32_t)ctx->rdv_slots;
+        } while (ctx->rdv[id].req && ++tries < ctx->rdv_slots);
+        if (ctx->rdv[id].req) {
+            flx_error(NET, ctx->rank, "more than %d large receives outstanding", ctx->rdv_slots);
+            ib_mr_put(&ctx->mrc, mr);
+            req_finish(req, FLX_ERR_NO_MEMORY);
+            return FLX_ERR_NO_MEMORY;
+        }
+        ctx->rdv[id].req = req;
+        ctx->rdv[id].mr = mr;
+        req->priv[RQ_FLAGS] = F_LARGE;
+        req->priv[RQ_MR] = (uintptr_t)mr;
+        req->priv[RQ_RKEY_ID] = id;
+        req->priv[RQ_LINK] = 1; /* CTS to send */
+    }
+    list_append(&c->posted_head, &c->posted_tail, req);
+    return conn_flush(ctx, c);
+}
+
+/* ---- completions -------------------------------------------------------------- */
+
+/* a posted receive leaves the list: drop its rendezvous slot too */
+static void posted_done(tl_ctx_t *ctx, ib_conn_t *c, tl_req_t *r, flx_status_t st)
+{
+    list_remove(&c->posted_head, &c->posted_tail, r);
+    if (r->priv[RQ_FLAGS] & F_LARGE) {
+        uint32_t id = (uint32_t)r->priv[RQ_RKEY_ID];
+        if (ctx->rdv[id].req == r) {
+            ib_mr_put(&ctx->mrc, ctx->rdv[id].mr);
+            ctx->rdv[id].req = NULL;
+        }
+    }
+    req_finish(r, st);
+}
+
+/* an EAGER or RTS header from c: find its receive */
+static flx_status_t handle_data_hdr(tl_ctx_t *ctx, ib_conn_t *c, const ib_hdr_t *h,
+                                    const char *payload)
+{
+    int is_rts = h->type == IB_MSG_RTS;
+    ib_unexp_t *u;
+
+    for (tl_req_t *r = c->posted_head; r; r = r->next) {
+        if (r->tag.seq != h->seq)
+            continue;
+        if (!hdr_sig_equal(h, &r->tag))
+            return mismatch(ctx, c, h, &r->tag);
+        if (r->tag.step != h->step)
+            continue;
+        if (h->len != r->len || is_rts != ((r->priv[RQ_FLAGS] & F_LARGE) != 0))
+            return length_error(ctx, c, h, r->len);
+        if (!is_rts) {
+            if (h->len)
+                memcpy(r->buf, payload, h->len);
+            posted_done(ctx, c, r, FLX_OK);
+        }
+        return FLX_OK; /* an RTS only confirms the receive we posted */
+    }
+    if (c->posted_head && (int32_t)(h->seq - c->posted_head->tag.seq) > 0) {
+        flx_error(NET, ctx->rank, "rank %d is already at collective #%u while this rank waits "
+                  "for its part of #%u (different call sequence on the two ranks)", c->peer,
+                  h->seq, c->posted_head->tag.seq);
+        ib_fail(ctx, FLX_ERR_MISMATCH, "skipped collective");
+        return FLX_ERR_MISMATCH;
+    }
+    if (h->len > ctx->eager_max && !is_rts)
+        return length_error(ctx, c, h, ctx->eager_max);
+    u = calloc(1, sizeof(*u));
+    if (u && !is_rts && (u->buf = malloc(h->len ? h->len : 1)) == NULL) {
+        free(u);
+        u = NULL;
+    }
+    if (u == NULL) {
+        ib_fail(ctx, FLX_ERR_NO_MEMORY, "unexpected message");
+        return FLX_ERR_NO_MEMORY;
+    }
+    u->hdr = *h;
+    if (!is_rts && h->len)
+        memcpy(u->buf, payload, h->len);
+    if (c->unexp_tail)
+        c->unexp_tail->next = u;
+    else
+        c->unexp_head = u;
+    c->unexp_tail = u;
+    return FLX_OK;
+}
+
+static flx_status_t handle_cts(tl_ctx_t *ctx, ib_conn_t *c, const ib_hdr_t *h)
+{
+    ib_cts_t *cts;
+
+    for (tl_req_t *r = c->rdv_head; r; r = r->next) {
+        if (r->tag.seq != h->seq || r->tag.step != h->step || (r->priv[RQ_FLAGS] & F_HAVE_CTS))
+            continue;
+        if (!hdr_sig_equal(h, &r->tag))
+            return mismatch(ctx, c, h, &r->tag);
+        if (h->len != r->len)
+            return length_error(ctx, c, h, r->len);
+        r->priv[RQ_REMOTE] = h->addr;
+        r->priv[RQ_RKEY_ID] = ((uint64_t)h->rkey << 32) | h->id;
+        r->priv[RQ_FLAGS] |= F_HAVE_CTS;
+        return FLX_OK;
+    }
+    for (tl_req_t *r = c->sendq_head; r; r = r->next) {
+        if (r->tag.seq != h->seq || r->tag.step != h->step || !(r->priv[RQ_FLAGS] & F_LARGE))
+            continue;
+        if (!hdr_sig_equal(h, &r->tag))
+            return mismatch(ctx, c, h, &r->tag);
+        if (h->len != r->len)
+            return length_error(ctx, c, h, r->len);
+        r->priv[RQ_REMOTE] = h->addr;
+        r->priv[RQ_RKEY_ID] = ((uint64_t)h->rkey << 32) | h->id;
+        r->priv[RQ_FLAGS] |= F_HAVE_CTS;
+        return FLX_OK;
+    }
+    cts = calloc(1, sizeof(*cts));
+    if (cts == NULL) {
+        ib_fail(ctx, FLX_ERR_NO_MEMORY, "cts");
+        return FLX_ERR_NO_MEMORY;
+    }
+    cts->hdr = *h;
+    if (c->cts_tail)
+        c->cts_tail->next = cts;
+    else
+        c->cts_head = cts;
+    c->cts_tail = cts;
+    return FLX_OK;
+}
+
+static void handle_wc(tl_ctx_t *ctx, const struct ibv_wc *wc)
+{
+    int kind = WR_KIND(wc->wr_id);
+
+    if (wc->status != IBV_WC_SUCCESS) {
+        int peer = kind == WR_WRITE ? ((tl_req_t *)(uintptr_t)(wc->wr_id & WR_PTR_MASK))->peer
+                                    : WR_PEER(wc->wr_id);
+        if (ctx->err == FLX_OK && !ctx->conns[peer].bye)
+            flx_error(NET, ctx->rank, "QP to rank %d failed: %s (vendor error 0x%x)", peer,
+                      ibv_wc_status_str(wc->status), wc->vendor_err);
+        ctx->conns[peer].errored = 1;
+        ib_fail(ctx, FLX_ERR_PEER_LOST, "work completion error");
+        return;
+    }
+    if (kind == WR_SEND) {
+        ib_conn_t *c = &ctx->conns[WR_PEER(wc->wr_id)];
+        uint64_t n = WR_IDX(wc->wr_id);
+        if (n + 1 > c->s_tail)
+            c->s_tail = n + 1;
+        if (c->bye_posted && n == c->bye_seq)
+            c->bye_sent_done = 1;
+        return;
+    }
+    if (kind == WR_WRITE) {
+        tl_req_t *r = (tl_req_t *)(uintptr_t)(wc->wr_id & WR_PTR_MASK);
+        ib_conn_t *c = &ctx->conns[r->peer];
+        r->priv[RQ_PIECES]--;
+        if ((r->priv[RQ_PIECES] >> 16) == r->len && (r->priv[RQ_PIECES] & 0xffff) == 0) {
+            list_remove(&c->rdv_head, &c->rdv_tail, r);
+            ib_mr_put(&ctx->mrc, (ib_mr_entry_t *)(uintptr_t)r->priv[RQ_MR]);
+            req_finish(r, FLX_OK);
+        }
+        return;
+    }
+    if (kind == WR_RECV) {
+        int peer = WR_PEER(wc->wr_id), slot = (int)WR_IDX(wc->wr_id);
+        ib_conn_t *c = &ctx->conns[peer];
+        const char *buf = ctx->recv_pool +
+                          ((size_t)peer * (size_t)ctx->recv_depth + (size_t)slot) * ctx->slot_size;
+        if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+            uint32_t id = ntohl(wc->imm_data);
+            tl_req_t *r = id < (uint32_t)ctx->rdv_slots ? ctx->rdv[id].req : NULL;
+            if (r == NULL || r->peer != peer) {
+                flx_error(NET, ctx->rank, "rank %d wrote to an unknown receive (id %u)", peer, id);
+                ib_fail(ctx, FLX_ERR_PROTOCOL, "imm");
+                return;
+            }
+            posted_done(ctx, c, r, FLX_OK);
+        } else {
+            ib_hdr_t h;
+            if (wc->byte_len < sizeof(h)) {
+                flx_error(NET, ctx->rank, "rank %d sent a runt message of %u bytes", peer,
+                          wc->byte_len);
+                ib_fail(ctx, FLX_ERR_PROTOCOL, "runt");
+                return;
+            }
+            memcpy(&h, buf, sizeof(h));
+            c->credits += h.credits;
+            if ((h.type == IB_MSG_EAGER && h.len != wc->byte_len - sizeof(h)) ||
+                (h.type != IB_MSG_EAGER && wc->byte_len != sizeof(h))) {
+                flx_error(NET, ctx->rank, "rank %d: message of %u bytes announces %llu", peer,
+                          wc->byte_len, (unsigned long long)h.len);
+                ib_fail(ctx, FLX_ERR_PROTOCOL, "length");
+                return;
+            }
+            switch (h.type) {
+            case IB_MSG_EAGER:
+            case IB_MSG_RTS:
+                if (handle_data_hdr(ctx, c, &h, buf + sizeof(h)) != FLX_OK)
+                    return;
+                break;
+            case IB_MSG_CTS:
+                if (handle_cts(ctx, c, &h) != FLX_OK)
+                    return;
+                break;
+            case IB_MSG_CREDIT:
+                break;
+            case IB_MSG_BYE:
+                c->bye = 1;
+                if (c->posted_head) {
+                    flx_error(NET, ctx->rank, "rank %d left the job during collective #%u",
+                              peer, c->posted_head->tag.seq);
+                    ib_fail(ctx, FLX_ERR_PEER_LOST, "peer left");
+                    return;
+                }
+                break;
+            default:
+                flx_error(NET, ctx->rank, "rank %d sent unknown message type %u", peer, h.type);
+                ib_fail(ctx, FLX_ERR_PROTOCOL, "type");
+                return;
+            }
+        }
+        if (ib_post_recv_slot(ctx, c, slot) != FLX_OK) {
+            ib_fail(ctx, FLX_ERR_SYSTEM, "repost");
+            return;
+        }
+        c->to_return++;
+    }
+}
+
+static int poll_cq(tl_ctx_t *ctx)
+{
+    struct ibv_wc wc[32];
+    int total = 0, n;
+
+    while ((n = ibv_poll_cq(ctx->cq, 32, wc)) > 0) {
+        for (int i = 0; i < n; i++)
+            handle_wc(ctx, &wc[i]);
+        total += n;
+    }
+    if (n < 0 && ctx->err == FLX_OK) {
+        flx_error(NET, ctx->rank, "ibv_poll_cq failed");
+        ib_fail(ctx, FLX_ERR_SYSTEM, "poll cq");
+    }
+    return total;
+}
+
+/* failure reports and hang-ups on the bootstrap sockets */
+static void boot_sock_event(tl_ctx_t *ctx, int peer)
+{
+    ib_conn_t *c = &ctx->conns[peer];
+    ib_err_frame_t f;
+    ssize_t n = recv(ctx->boot->fds[peer], &f, sizeof(f), MSG_DONTWAIT);
+
+    if (n == (ssize_t)sizeof(f) && f.magic == IB_ERR_MAGIC) {
+        flx_status_t st = f.status == FLX_ERR_MISMATCH ? FLX_ERR_MISMATCH : FLX_ERR_PEER_LOST;
+        flx_error(NET, ctx->rank, "rank %d failed at collective #%u (%s); that and later "
+                  "collectives fail here too", peer, f.seq, flx_status_string(f.status));
+        c->errored = 1;
+        fail_from_seq(ctx, st, f.seq);
+        conn_fail_all(ctx, c, st);
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    c->eof = 1;
+    if (n == 0 && c->bye)
+        return;
+    if (c->posted_head || c->sendq_head || c->rdv_head) {
+        flx_error(NET, ctx->rank, "connection to rank %d closed while a collective waits for it "
+                  "(rank died?)", peer);
+        ib_fail(ctx, FLX_ERR_PEER_LOST, "eof");
+    }
+}
+
+static flx_status_t ib_progress(tl_ctx_t *ctx, double timeout_s)
+{
+    double spin_end;
+    int nfds = 0, rc;
+
+    if (ctx->err != FLX_OK)
+        return ctx->err;
+    spin_end = flx_time_now() + FLX_MIN(ctx->cfg.spin_s, timeout_s);
+    do {
+        if (poll_cq(ctx) > 0) {
+            for (int p = 0; p < ctx->size; p++)
+                if (p != ctx->rank)
+                    conn_flush(ctx, &ctx->conns[p]);
+            return ctx->err;
+        }
+        sched_yield();
+    } while (flx_time_now() < spin_end);
+    /* sleep on the completion channel and the bootstrap sockets */
+    if (ibv_req_notify_cq(ctx->cq, 0) != 0) {
+        ib_fail(ctx, FLX_ERR_SYSTEM, "req_notify_cq");
+        return ctx->err;
+    }
+    if (poll_cq(ctx) > 0) {
+        for (int p = 0; p < ctx->size; p++)
+            if (p != ctx->rank)
+                conn_flush(ctx, &ctx->conns[p]);
+        return ctx->err;
+    }
+    ctx->pfds[nfds].fd = ctx->comp_ch->fd;
+    ctx->pfds[nfds++].events = POLLIN;
+    for (int p = 0; p < ctx->size; p++) {
+        if (p == ctx->rank || ctx->boot->fds[p] < 0 || ctx->conns[p].eof)
+            continue;
+        ctx->pfds[nfds].fd = ctx->boot->fds[p];
+        ctx->pfds[nfds++].events = POLLIN;
+    }
+    rc = poll(ctx->pfds, (nfds_t)nfds, timeout_s <= 0 ? 0 : timeout_s > 1 ? 1000
+                                                     : (int)(timeout_s * 1000) + 1);
+    if (rc <= 0)
+        return ctx->err;
+    if (ctx->pfds[0].revents) {
+        struct ibv_cq *cq;
+        void *cq_ctx;
+        if (ibv_get_cq_event(ctx->comp_ch, &cq, &cq_ctx) == 0)
+            ibv_ack_cq_events(cq, 1);
+    }
+    for (int i = 1; i < nfds; i++) {
+        if (!ctx->pfds[i].revents)
+            continue;
+        for (int p = 0; p < ctx->size; p++)
+            if (p != ctx->rank && ctx->boot->fds[p] == ctx->pfds[i].fd)
+                boot_sock_event(ctx, p);
+    }
+    poll_cq(ctx);
+    for (int p = 0; p < ctx->size; p++)
+        if (p != ctx->rank)
+            conn_flush(ctx, &ctx->conns[p]);
+    return ctx->err;
+}
+
+/* ---- life cycle ------------------------------------------------------------------ */
+
+flx_status_t ib_resources_create(tl_ctx_t *ctx)
+{
+    struct ibv_device_attr da;
+    size_t rbytes = (size_t)ctx->size * (size_t)ctx->recv_depth * ctx->slot_size;
+    size_t sbytes = (size_t)ctx->size * IB_SEND_SLOTS * ctx->slot_size;
+
+    if (ctx->verbs == NULL || ibv_query_device(ctx->verbs, &da) != 0) {
+        flx_error(NET, ctx->rank, "ib: the listener is not bound to an RDMA device");
+        return FLX_ERR_SYSTEM;
+    }
+    ctx->pd = ibv_alloc_pd(ctx->verbs);
+    ctx->comp_ch = ibv_create_comp_channel(ctx->verbs);
+    ctx->cq_size = (ctx->recv_depth + IB_SEND_SLOTS + 2 * IB_MAX_PIECES + 32) * ctx->size;
+    if (ctx->cq_size > da.max_cqe)
+        ctx->cq_size = da.max_cqe;
+    if (ctx->pd && ctx->comp_ch)
+        ctx->cq = ibv_create_cq(ctx->verbs, ctx->cq_size, NULL, ctx->comp_ch, 0);
+    if (ctx->pd == NULL || ctx->comp_ch == NULL || ctx->cq == NULL) {
+        flx_error(NET, ctx->rank, "ib: cannot create PD / completion channel / CQ of %d "
+                  "entries on %s: %m", ctx->cq_size, ctx->dev.name);
+        return FLX_ERR_SYSTEM;
+    }
+    if (posix_memalign((void **)&ctx->recv_pool, 4096, rbytes) != 0 ||
+        posix_memalign((void **)&ctx->send_pool, 4096, sbytes) != 0) {
+        flx_error(NET, ctx->rank, "ib: no memory for %zu bytes of bounce buffers", rbytes + sbytes);
+        return FLX_ERR_NO_MEMORY;
+    }
+    ctx->recv_mr = ibv_reg_mr(ctx->pd, ctx->recv_pool, rbytes, IBV_ACCESS_LOCAL_WRITE);
+    ctx->send_mr = ibv_reg_mr(ctx->pd, ctx->send_pool, sbytes, IBV_ACCESS_LOCAL_WRITE);
+    if (ctx->recv_mr == NULL || ctx->send_mr == NULL) {
+        flx_error(NET, ctx->rank, "ib: cannot register %zu bytes of bounce buffers: %m (check "
+                  "ulimit -l)", rbytes + sbytes);
+        return FLX_ERR_NO_MEMORY;
+    }
+    ctx->mrc.pd = ctx->pd;
+    ctx->mrc.max_entries = ctx->cfg.ib_reg_cache;
+    ctx->mrc.rank = ctx->rank;
+    return FLX_OK;
+}
+
+static void ib_destroy(tl_ctx_t *ctx);
+
+static flx_status_t ib_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t **ctx_p)
+{
+    tl_ctx_t *ctx;
+    flx_status_t st;
+
+    if (cfg->ib_eager > ((size_t)1 << 20)) {
+        flx_error(NET, boot->rank, "FLX_IB_EAGER=%zu is over the 1 MiB limit", cfg->ib_eager);
+        return FLX_ERR_CONFIG;
+    }
+    (void)ibv_fork_init(); /* registrations stay valid in the parent across fork() */
+    ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL)
+        return FLX_ERR_NO_MEMORY;
+    ctx->rank = boot->rank;
+    ctx->size = boot->size;
+    ctx->cfg = *cfg;
+    ctx->boot = boot;
+    ctx->eager_max = cfg->ib_eager;
+    ctx->slot_size = sizeof(ib_hdr_t) + ctx->eager_max;
+    ctx->recv_depth = cfg->ib_recv_depth;
+    ctx->rdv_slots = 4096;
+    ctx->conns = calloc((size_t)ctx->size, sizeof(*ctx->conns));
+    ctx->rdv = calloc((size_t)ctx->rdv_slots, sizeof(*ctx->rdv));
+    ctx->pfds = calloc((size_t)ctx->size + 1, sizeof(*ctx->pfds));
+    if (ctx->conns == NULL || ctx->rdv == NULL || ctx->pfds == NULL) {
+        st = FLX_ERR_NO_MEMORY;
+        goto err_destroy_ctx;
+    }
+    for (int p = 0; p < ctx->size; p++) {
+        ctx->conns[p].peer = p;
+        ctx->conns[p].boot_fd = boot->fds[p];
+    }
+    st = ib_dev_choose(cfg, ctx->rank, &ctx->dev);
+    if (st != FLX_OK)
+        goto err_destroy_ctx;
+    st = ib_conn_setup(ctx, boot);
+    if (st != FLX_OK)
+        goto err_destroy_ctx;
+    flx_info(NET, ctx->rank, "ib: %d QPs on %s port %d, eager up to %zu bytes, inline %u",
+             ctx->size - 1, ctx->dev.name, ctx->dev.port, ctx->eager_max, ctx->max_inline);
+    *ctx_p = ctx;
+    return FLX_OK;
+
+err_destroy_ctx:
+    ctx->err = st;
+    ib_destroy(ctx);
+    return st;
+}
+
+/* Tell every peer we are done, wait until our last sends completed and
+ * every peer said the same, then release: QPs, MRs, CQ, PD, channels. */
+static void ib_destroy(tl_ctx_t *ctx)
+{
+    double deadline = flx_time_now() + FLX_MIN(ctx->cfg.timeout_s, 10.0);
+    int waiting = 1;
+
+    for (int p = 0; ctx->err == FLX_OK && ctx->conns && p < ctx->size; p++) {
+        ib_conn_t *c = &ctx->conns[p];
+        ib_hdr_t h;
+        if (p == ctx->rank || !c->connected)
+            continue;
+        while (!can_send(ctx, c, 1) && flx_time_now() < deadline && ctx->err == FLX_OK)
+            ib_progress(ctx, 0.01);
+        if (!can_send(ctx, c, 1))
+            continue;
+        hdr_from_tag(&h, IB_MSG_BYE, NULL, 0);
+        c->bye_seq = c->s_head;
+        if (post_msg(ctx, c, &h, NULL, 0, 1) == FLX_OK)
+            c->bye_posted = 1;
+    }
+    while (waiting && ctx->err == FLX_OK && flx_time_now() < deadline) {
+        waiting = 0;
+        for (int p = 0; p < ctx->size; p++) {
+            ib_conn_t *c = &ctx->conns[p];
+            if (p != ctx->rank && c->connected && !c->errored &&
+                (!c->bye || (c->bye_posted && !c->bye_sent_done)))
+                waiting = 1;
+        }
+        if (waiting)
+            ib_progress(ctx, 0.05);
+    }
+    ib_conn_teardown(ctx);
+    ib_mr_cache_flush(&ctx->mrc);
+    if (ctx->send_mr)
+        ibv_dereg_mr(ctx->send_mr);
+    if (ctx->recv_mr)
+        ibv_dereg_mr(ctx->recv_mr);
+    if (ctx->cq)
+        ibv_destroy_cq(ctx->cq);
+    if (ctx->comp_ch)
+        ibv_destroy_comp_channel(ctx->comp_ch);
+    if (ctx->pd)
+        ibv_dealloc_pd(ctx->pd);
+    ib_conn_close_listener(ctx);
+    for (int p = 0; ctx->conns && p < ctx->size; p++) {
+        ib_conn_t *c = &ctx->conns[p];
+        while (c->unexp_head) {
+            ib_unexp_t *u = c->unexp_head;
+            c->unexp_head = u->next;
+            free(u->buf);
+            free(u);
+        }
+        while (c->cts_head) {
+            ib_cts_t *t = c->cts_head;
+            c->cts_head = t->next;
+            free(t);
+        }
+    }
+    free(ctx->recv_pool);
+    free(ctx->send_pool);
+    free(ctx->conns);
+    free(ctx->rdv);
+    free(ctx->pfds);
+    free(ctx);
+}
+
+const tl_ops_t tl_ib_ops = {
+    .name = "ib",
+    .create = ib_create,
+    .destroy = ib_destroy,
+    .isend = ib_isend,
+    .irecv = ib_irecv,
+    .progress = ib_progress,
+    .fail = ib_fail,
+    .error = ib_error,
+};

@@ -1,0 +1,177 @@
+/* ib.h -- internals of the ib backend (rdma-core: libibverbs + librdmacm).
+ *
+ * One RC queue pair per peer, set up through librdmacm so that address and
+ * route resolution pick the right GID and RoCE version.  Wire protocol:
+ *
+ *   small (len <= eager limit)  SEND of header + payload from a registered
+ *                               bounce slot (inline when it fits); the
+ *                               receiver copies it out of its receive slot
+ *   large                       receiver-driven: the receiver registers its
+ *                               buffer and SENDs a CTS {tag, addr, rkey,
+ *                               len, id}; the sender RDMA-WRITEs the payload
+ *                               straight into it, the last write carrying
+ *                               IMM = id, which completes the receive
+ *
+ * Every SEND and WRITE_WITH_IMM consumes a receive the peer pre-posted:
+ * credits count them; returned credits ride on every header, or in a CREDIT
+ * message when nothing else goes that way.  The bootstrap's TCP mesh stays
+ * open beside the QPs: it carries failure reports and notices dead peers. */
+#ifndef FLX_TRANSPORT_IB_H
+#define FLX_TRANSPORT_IB_H
+
+#include "transport/tl.h"
+#include "transport/boot.h"
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+
+enum { IB_MSG_EAGER = 1, IB_MSG_CTS = 2, IB_MSG_CREDIT = 3, IB_MSG_BYE = 4, IB_MSG_RTS = 5 };
+
+typedef struct {
+    uint8_t type;
+    uint8_t kind;
+    uint8_t dtype;
+    uint8_t pad;
+    uint16_t op;
+    uint16_t credits;     /* receives re-posted for the peer since last told */
+    uint32_t seq;
+    uint32_t step;
+    uint64_t count;
+    uint64_t len;         /* EAGER: payload bytes; CTS: buffer bytes       */
+    uint64_t addr;        /* CTS */
+    uint32_t rkey;        /* CTS */
+    uint32_t id;          /* CTS: the IMM that will complete the receive   */
+} ib_hdr_t;               /* 56 bytes */
+
+/* A registered range (the registration cache, mr.c). */
+typedef struct ib_mr_entry {
+    struct ib_mr_entry *next;
+    uintptr_t start, end;
+    struct ibv_mr *mr;
+    uint64_t last_use;
+    int refs;
+} ib_mr_entry_t;
+
+typedef struct {
+    struct ibv_pd *pd;
+    ib_mr_entry_t *head;
+    int count;
+    int max_entries;      /* FLX_IB_REG_CACHE; 0 = register per use      */
+    uint64_t clock;
+    uint64_t hits, misses, evictions;
+    int rank;
+} ib_mr_cache_t;
+
+flx_status_t ib_mr_get(ib_mr_cache_t *cache, void *addr, size_t len, ib_mr_entry_t **entry_p);
+void ib_mr_put(ib_mr_cache_t *cache, ib_mr_entry_t *entry);
+void ib_mr_cache_flush(ib_mr_cache_t *cache);
+
+/* A pending CTS from the peer (it waits for our data). */
+typedef struct ib_cts {
+    struct ib_cts *next;
+    ib_hdr_t hdr;
+} ib_cts_t;
+
+/* An early eager message (no receive posted yet). */
+typedef struct ib_unexp {
+    struct ib_unexp *next;
+    ib_hdr_t hdr;
+    void *buf;
+} ib_unexp_t;
+
+typedef struct {
+    int peer;
+    struct rdma_cm_id *id;
+    struct ibv_qp *qp;
+    int connected;
+    int errored;          /* peer reported a failure / QP error           */
+    int bye;
+    int bye_posted;       /* our BYE went out ...                    */
+    uint64_t bye_seq;     /* ... as this send                        */
+    int bye_sent_done;    /* and its completion arrived              */
+    int eof;              /* bootstrap socket closed                 */
+    int credits;          /* receives the peer has posted for us           */
+    int to_return;        /* receives we re-posted and have not announced  */
+    tl_req_t *posted_head, *posted_tail;  /* eager receives waiting        */
+    tl_req_t *sendq_head, *sendq_tail;    /* eager sends and RTS, in order */
+    tl_req_t *rdv_head, *rdv_tail;        /* large sends: RTS out, writing */
+    ib_cts_t *cts_head, *cts_tail;
+    ib_unexp_t *unexp_head, *unexp_tail;
+    uint64_t s_head;      /* bounce slots: next to use (monotonic)         */
+    uint64_t s_tail;      /* oldest slot not known complete                */
+    int writes_inflight;
+    int boot_fd;          /* the bootstrap socket to this peer             */
+} ib_conn_t;
+
+/* a receive waiting for the peer's RDMA write, found by the IMM id */
+typedef struct {
+    tl_req_t *req;
+    ib_mr_entry_t *mr;
+} ib_rdv_slot_t;
+
+typedef struct {
+    char name[64];
+    int port;
+    int gid_index;
+    struct sockaddr_in addr;     /* IPv4 address of the port's netdev */
+} ib_dev_choice_t;
+
+struct tl_ctx {
+    int rank;
+    int size;
+    flx_config_t cfg;
+    ib_dev_choice_t dev;
+    struct rdma_event_channel *ch_listen, *ch_active;
+    struct rdma_cm_id *listen_id;
+    struct ibv_context *verbs;
+    struct ibv_pd *pd;
+    struct ibv_comp_channel *comp_ch;
+    struct ibv_cq *cq;
+    int cq_size;
+    ib_conn_t *conns;
+    ib_mr_cache_t mrc;
+    /* receive slots: [peer][k] of slot_size bytes, one registered block */
+    char *recv_pool;
+    struct ibv_mr *recv_mr;
+    /* send slots: IB_SEND_SLOTS bounce buffers per peer, one registered block */
+    char *send_pool;
+    struct ibv_mr *send_mr;
+    size_t slot_size;            /* header + eager payload                */
+    size_t eager_max;            /* largest eager payload                 */
+    int recv_depth;              /* receives posted per peer              */
+    uint32_t max_inline;
+    ib_rdv_slot_t *rdv;          /* [rdv_slots] by IMM id                 */
+    int rdv_slots;
+    uint32_t rdv_next;
+    struct pollfd *pfds;
+    flx_status_t err;
+    int remote_failed;
+    uint32_t remote_seq;
+    flx_status_t remote_err;
+    uint32_t cur_seq;
+    boot_t *boot;
+};
+
+/* device.c */
+flx_status_t ib_dev_choose(const flx_config_t *cfg, int rank, ib_dev_choice_t *choice_p);
+/* Does this machine have an ACTIVE RDMA port?  (FLX_NET=auto) */
+int ib_dev_available(void);
+/* Print devices, ports, link layers, GIDs, MTUs (flx-info). */
+void ib_dev_print(FILE *out);
+
+/* conn.c */
+flx_status_t ib_conn_setup(tl_ctx_t *ctx, boot_t *boot);
+void ib_conn_teardown(tl_ctx_t *ctx);
+void ib_conn_close_listener(tl_ctx_t *ctx);
+
+#define IB_SEND_SLOTS 64   /* bounce slots per peer */
+
+/* ib.c */
+flx_status_t ib_post_recv_slot(tl_ctx_t *ctx, ib_conn_t *c, int slot);
+/* PD, CQ and the bounce pools on the listener's device (before any QP) */
+flx_status_t ib_resources_create(tl_ctx_t *ctx);
+
+#endif
