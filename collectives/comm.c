@@ -220,7 +220,7 @@ flx_status_t flx_comm_destroy(flx_comm_h comm)
     pthread_cond_destroy(&comm->cond);
     pthread_mutex_destroy(&comm->lock);
     pthread_mutex_destroy(&comm->exec);
-    free(comm->scratch[0]);
+    free(comm->scratch[0]); /* the backend, gone now, released their registrations */
     free(comm->scratch[1]);
     free(comm);
     return FLX_OK;
@@ -238,14 +238,44 @@ flx_status_t flx_comm_link_model(flx_comm_h comm, flx_link_model_t *model_p)
     return FLX_OK;
 }
 
+flx_status_t flx_mem_register(flx_comm_h comm, void *ptr, size_t len)
+{
+    if (comm == NULL || ptr == NULL || len == 0) {
+        flx_error(COLL, comm ? comm->rank : -1, "flx_mem_register: NULL or empty range");
+        return FLX_ERR_INVALID_ARG;
+    }
+    return comm->tl->mem_register ? comm->tl->mem_register(comm->tlctx, ptr, len) : FLX_OK;
+}
+
+flx_status_t flx_mem_deregister(flx_comm_h comm, void *ptr)
+{
+    if (comm == NULL || ptr == NULL) {
+        flx_error(COLL, comm ? comm->rank : -1, "flx_mem_deregister: NULL argument");
+        return FLX_ERR_INVALID_ARG;
+    }
+    return comm->tl->mem_deregister ? comm->tl->mem_deregister(comm->tlctx, ptr) : FLX_OK;
+}
+
+/* Scratch grows rarely and is the library's own: the backend may keep it
+ * registered, and forgets the old block before it is freed. */
 void *coll_scratch_slot(flx_comm_h comm, int slot, size_t bytes)
 {
     if (bytes == 0)
         bytes = 1;
     if (bytes > comm->scratch_len[slot]) {
-        void *p = realloc(comm->scratch[slot], bytes);
+        void *p;
+        if (comm->scratch[slot] && comm->tl->mem_deregister)
+            comm->tl->mem_deregister(comm->tlctx, comm->scratch[slot]);
+        free(comm->scratch[slot]);
+        comm->scratch[slot] = NULL;
+        comm->scratch_len[slot] = 0;
+        p = malloc(bytes);
         if (p == NULL) {
             flx_error(COLL, comm->rank, "out of memory for %zu bytes of scratch", bytes);
+            return NULL;
+        }
+        if (comm->tl->mem_register && comm->tl->mem_register(comm->tlctx, p, bytes) != FLX_OK) {
+            free(p);
             return NULL;
         }
         comm->scratch[slot] = p;

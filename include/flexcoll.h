@@ -140,6 +140,16 @@ FLX_API int flx_comm_size(flx_comm_h comm);
 /* Name of the transport in use ("tcp" or "ib"). */
 FLX_API const char *flx_comm_net_name(flx_comm_h comm);
 
+/*
+ * Declare that [ptr, ptr+len) stays allocated until flx_mem_deregister.
+ * On the ib backend such buffers are registered once and reused zero-copy
+ * (other buffers are registered for each message that needs it, since
+ * memory freed and allocated again may have new pages).  No effect on tcp.
+ * Call collectively or not: it is local.
+ */
+FLX_API flx_status_t flx_mem_register(flx_comm_h comm, void *ptr, size_t len);
+FLX_API flx_status_t flx_mem_deregister(flx_comm_h comm, void *ptr);
+
 /* The measured link model: time(bytes) = alpha + bytes / beta. */
 typedef struct {
     double alpha_s;          /* one-way latency of a small message, seconds */

@@ -73,6 +73,10 @@ typedef struct tl_ops {
     void (*fail)(tl_ctx_t *ctx, flx_status_t status, const char *why);
     /* The status the context failed with, FLX_OK while healthy. */
     flx_status_t (*error)(tl_ctx_t *ctx);
+    /* Optional (NULL: nothing to do): the range stays mapped until
+     * mem_deregister, so the backend may keep it registered. */
+    flx_status_t (*mem_register)(tl_ctx_t *ctx, void *addr, size_t len);
+    flx_status_t (*mem_deregister)(tl_ctx_t *ctx, void *addr);
 } tl_ops_t;
 
 extern const tl_ops_t tl_tcp_ops;

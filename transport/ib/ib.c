@@ -967,6 +967,16 @@ static void ib_destroy(tl_ctx_t *ctx)
     free(ctx);
 }
 
+static flx_status_t ib_mem_register(tl_ctx_t *ctx, void *addr, size_t len)
+{
+    return ib_mr_pin(&ctx->mrc, addr, len);
+}
+
+static flx_status_t ib_mem_deregister(tl_ctx_t *ctx, void *addr)
+{
+    return ib_mr_unpin(&ctx->mrc, addr);
+}
+
 const tl_ops_t tl_ib_ops = {
     .name = "ib",
     .create = ib_create,
@@ -976,4 +986,6 @@ const tl_ops_t tl_ib_ops = {
     .progress = ib_progress,
     .fail = ib_fail,
     .error = ib_error,
+    .mem_register = ib_mem_register,
+    .mem_deregister = ib_mem_deregister,
 };

@@ -53,7 +53,12 @@ typedef struct ib_mr_entry {
     struct ibv_mr *mr;
     uint64_t last_use;
     int refs;
+    int transient;        /* registered for one message, not cached     */
 } ib_mr_entry_t;
+
+typedef struct {
+    uintptr_t start, end;
+} ib_range_t;
 
 typedef struct {
     struct ibv_pd *pd;
@@ -61,13 +66,18 @@ typedef struct {
     int count;
     int max_entries;      /* FLX_IB_REG_CACHE; 0 = register per use      */
     uint64_t clock;
-    uint64_t hits, misses, evictions;
+    uint64_t hits, misses, evictions, transient;
     int rank;
+    ib_range_t *pinned;   /* ranges promised to stay mapped (cacheable)  */
+    int npinned, cap_pinned;
 } ib_mr_cache_t;
 
 flx_status_t ib_mr_get(ib_mr_cache_t *cache, void *addr, size_t len, ib_mr_entry_t **entry_p);
 void ib_mr_put(ib_mr_cache_t *cache, ib_mr_entry_t *entry);
 void ib_mr_cache_flush(ib_mr_cache_t *cache);
+/* ranges whose registrations may be cached (flx_mem_register, scratch) */
+flx_status_t ib_mr_pin(ib_mr_cache_t *cache, void *addr, size_t len);
+flx_status_t ib_mr_unpin(ib_mr_cache_t *cache, void *addr);
 
 /* A pending CTS from the peer (it waits for our data). */
 typedef struct ib_cts {

@@ -1,11 +1,15 @@
-/* mr.c -- the registration cache: a user buffer is registered once and
- * reused while it stays in the cache (keyed by address range, bounded by
- * FLX_IB_REG_CACHE entries, least recently used evicted first).  Entries
- * in use by a pending operation are never evicted.
+/* mr.c -- memory registration.
  *
- * Like every verbs registration cache it assumes that a cached range is
- * not freed and remapped while flexcoll may still use it; a program that
- * recycles buffers that way sets FLX_IB_REG_CACHE=0. */
+ * A registration pins the pages a virtual range had when it was made; if
+ * the program frees that memory and malloc hands the same addresses out
+ * again with new pages (glibc unmaps and trims freely), a cached
+ * registration would silently point at the old pages.  So only ranges
+ * known to stay mapped are cached: those the program registered with
+ * flx_mem_register() and the library's own scratch memory.  They are
+ * keyed by address range, bounded by FLX_IB_REG_CACHE entries, and the
+ * least recently used idle one is evicted first (it is registered again on
+ * its next use).  Any other buffer gets a registration for the one message
+ * that needs it. */
 #include "transport/ib/ib.h"
 #include "common/log.h"
 
@@ -55,11 +59,23 @@ static int cache_evict_one(ib_mr_cache_t *cache)
     return 1;
 }
 
+/* A range the program promised to keep mapped (cacheable)? */
+static int range_pinned(const ib_mr_cache_t *cache, uintptr_t start, uintptr_t end)
+{
+    for (int i = 0; i < cache->npinned; i++)
+        if (cache->pinned[i].start <= start && end <= cache->pinned[i].end)
+            return 1;
+    return 0;
+}
+
+static flx_status_t mr_register(ib_mr_cache_t *cache, void *addr, uintptr_t start,
+                                uintptr_t end, ib_mr_entry_t **entry_p);
+
 flx_status_t ib_mr_get(ib_mr_cache_t *cache, void *addr, size_t len, ib_mr_entry_t **entry_p)
 {
     uintptr_t start = (uintptr_t)addr, end = start + (len ? len : 1);
-    const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
     ib_mr_entry_t *e;
+    flx_status_t st;
 
     for (e = cache->head; e; e = e->next) {
         if (e->start <= start && end <= e->end) {
@@ -70,7 +86,43 @@ flx_status_t ib_mr_get(ib_mr_cache_t *cache, void *addr, size_t len, ib_mr_entry
             return FLX_OK;
         }
     }
+    if (!range_pinned(cache, start, end)) {
+        /* not known to stay mapped: a registration for this message only */
+        st = mr_register(cache, addr, start, end, &e);
+        if (st != FLX_OK)
+            return st;
+        e->transient = 1;
+        cache->transient++;
+        *entry_p = e;
+        return FLX_OK;
+    }
     cache->misses++;
+    /* cache the whole pinned range, so that every chunk of it hits */
+    for (int i = 0; i < cache->npinned; i++)
+        if (cache->pinned[i].start <= start && end <= cache->pinned[i].end) {
+            start = cache->pinned[i].start;
+            end = cache->pinned[i].end;
+            addr = (void *)start;
+            break;
+        }
+    st = mr_register(cache, addr, start, end, &e);
+    if (st != FLX_OK)
+        return st;
+    e->next = cache->head;
+    cache->head = e;
+    cache->count++;
+    while (cache->count > cache->max_entries && cache_evict_one(cache))
+        ;
+    *entry_p = e;
+    return FLX_OK;
+}
+
+static flx_status_t mr_register(ib_mr_cache_t *cache, void *addr, uintptr_t start,
+                                uintptr_t end, ib_mr_entry_t **entry_p)
+{
+    const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    ib_mr_entry_t *e;
+
     e = calloc(1, sizeof(*e));
     if (e == NULL)
         return FLX_ERR_NO_MEMORY;
@@ -86,21 +138,61 @@ flx_status_t ib_mr_get(ib_mr_cache_t *cache, void *addr, size_t len, ib_mr_entry
     e->end = end;
     e->refs = 1;
     e->last_use = ++cache->clock;
-    e->next = cache->head;
-    cache->head = e;
-    cache->count++;
-    while (cache->count > cache->max_entries && cache_evict_one(cache))
-        ;
     *entry_p = e;
     return FLX_OK;
 }
 
 void ib_mr_put(ib_mr_cache_t *cache, ib_mr_entry_t *entry)
 {
+    if (entry->transient) {
+        entry_free(entry);
+        return;
+    }
     entry->refs--;
     /* FLX_IB_REG_CACHE=0: registration lives for one use */
     while (cache->count > cache->max_entries && cache_evict_one(cache))
         ;
+}
+
+flx_status_t ib_mr_pin(ib_mr_cache_t *cache, void *addr, size_t len)
+{
+    if (cache->npinned == cache->cap_pinned) {
+        int cap = cache->cap_pinned ? 2 * cache->cap_pinned : 16;
+        void *p = realloc(cache->pinned, (size_t)cap * sizeof(*cache->pinned));
+        if (p == NULL)
+            return FLX_ERR_NO_MEMORY;
+        cache->pinned = p;
+        cache->cap_pinned = cap;
+    }
+    cache->pinned[cache->npinned].start = (uintptr_t)addr;
+    cache->pinned[cache->npinned].end = (uintptr_t)addr + len;
+    cache->npinned++;
+    return FLX_OK;
+}
+
+/* forget a range (and the idle registrations inside it) before it is freed */
+flx_status_t ib_mr_unpin(ib_mr_cache_t *cache, void *addr)
+{
+    uintptr_t start = (uintptr_t)addr, end;
+    int i;
+
+    for (i = 0; i < cache->npinned && cache->pinned[i].start != start; i++)
+        ;
+    if (i == cache->npinned)
+        return FLX_ERR_NOT_FOUND;
+    end = cache->pinned[i].end;
+    cache->pinned[i] = cache->pinned[--cache->npinned];
+    for (ib_mr_entry_t **pp = &cache->head; *pp;) {
+        ib_mr_entry_t *e = *pp;
+        if (e->start >= start && e->end <= end && e->refs == 0) {
+            *pp = e->next;
+            entry_free(e);
+            cache->count--;
+        } else {
+            pp = &e->next;
+        }
+    }
+    return FLX_OK;
 }
 
 void ib_mr_cache_flush(ib_mr_cache_t *cache)
@@ -111,4 +203,7 @@ void ib_mr_cache_flush(ib_mr_cache_t *cache)
         entry_free(e);
     }
     cache->count = 0;
+    free(cache->pinned);
+    cache->pinned = NULL;
+    cache->npinned = cache->cap_pinned = 0;
 }

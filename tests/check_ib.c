@@ -1,0 +1,139 @@
+/* check_ib.c -- ib-specific behaviour on real verbs (run in the SoftRoCE VM;
+ * exits 77, SKIP, where no RDMA port is active): the registration cache
+ * reuses and evicts registrations, a QP forced into the error state turns
+ * into FLX_ERR_PEER_LOST on every rank, results stay exact on the RDMA
+ * write path. */
+#include "tests/mp.h"
+#include "collectives/comm.h"
+#include "transport/ib/ib.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static tl_ctx_t *ib_ctx(flx_comm_h comm) { return comm->tlctx; }
+
+/* 4 buffers cycled through a cache of 2: hits on reuse, evictions beyond */
+static int body_regcache(flx_comm_h comm, int rank, int size, void *arg)
+{
+    enum { COUNT = 1 << 16, NBUF = 4 };
+    float *bufs[NBUF];
+    tl_ctx_t *ctx;
+    uint64_t misses0;
+
+    (void)arg;
+    if (strcmp(flx_comm_net_name(comm), "ib") != 0)
+        return mp_fail(rank, "transport is %s, not ib", flx_comm_net_name(comm));
+    ctx = ib_ctx(comm);
+    for (int b = 0; b < NBUF; b++) {
+        bufs[b] = malloc(COUNT * sizeof(float));
+        if (flx_mem_register(comm, bufs[b], COUNT * sizeof(float)) != FLX_OK)
+            return mp_fail(rank, "flx_mem_register failed");
+    }
+    /* the same buffer again and again: registered once */
+    for (int it = 0; it < 5; it++) {
+        for (int i = 0; i < COUNT; i++)
+            bufs[0][i] = (float)(rank + i % 7);
+        if (flx_allreduce(comm, bufs[0], bufs[0], COUNT, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING) != FLX_OK)
+            return mp_fail(rank, "allreduce failed");
+        for (int i = 0; i < COUNT; i++)
+            if (bufs[0][i] != (float)(size * (size - 1) / 2 + size * (i % 7)))
+                return mp_fail(rank, "wrong sum at %d: %g", i, bufs[0][i]);
+    }
+    if (ctx->mrc.hits == 0)
+        return mp_fail(rank, "no registration cache hit in 5 reuses (misses %llu)",
+                       (unsigned long long)ctx->mrc.misses);
+    misses0 = ctx->mrc.misses;
+    for (int it = 0; it < 3; it++)
+        for (int b = 0; b < NBUF; b++)
+            if (flx_allreduce(comm, bufs[b], bufs[b], COUNT, FLX_FLOAT32, FLX_MAX, FLX_ALGO_RING) != FLX_OK)
+                return mp_fail(rank, "allreduce on buffer %d failed", b);
+    if (ctx->mrc.evictions == 0 || ctx->mrc.count > 2)
+        return mp_fail(rank, "cache of 2 holds %d entries after %llu evictions", ctx->mrc.count,
+                       (unsigned long long)ctx->mrc.evictions);
+    if (ctx->mrc.misses == misses0)
+        return mp_fail(rank, "cycling 4 buffers through 2 entries never missed");
+    for (int b = 0; b < NBUF; b++) {
+        if (flx_mem_deregister(comm, bufs[b]) != FLX_OK)
+            return mp_fail(rank, "flx_mem_deregister failed");
+        free(bufs[b]);
+    }
+    /* an unregistered buffer: registered per message, never cached */
+    {
+        uint64_t t0 = ctx->mrc.transient;
+        float *tmp = malloc(COUNT * sizeof(float));
+        for (int i = 0; i < COUNT; i++)
+            tmp[i] = 1.0f;
+        if (flx_allreduce(comm, tmp, tmp, COUNT, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RD) != FLX_OK ||
+            tmp[COUNT - 1] != (float)size)
+            return mp_fail(rank, "allreduce on an unregistered buffer failed");
+        if (ctx->mrc.transient == t0)
+            return mp_fail(rank, "an unregistered buffer was served from the cache");
+        free(tmp);
+    }
+    return 0;
+}
+
+START_TEST(test_regcache)
+{
+    setenv("FLX_NET", "ib", 1);
+    setenv("FLX_IB_REG_CACHE", "2", 1);
+    ck_assert_int_eq(mp_run(2, body_regcache, NULL, 300, NULL), 0);
+    unsetenv("FLX_IB_REG_CACHE");
+}
+END_TEST
+
+/* rank 0 breaks its QP to rank 1: both ranks must see FLX_ERR_PEER_LOST */
+static int body_qp_error(flx_comm_h comm, int rank, int size, void *arg)
+{
+    float x[4096] = {0};
+    flx_status_t st;
+
+    (void)arg;
+    (void)size;
+    if (flx_allreduce(comm, x, x, 4096, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO) != FLX_OK)
+        return mp_fail(rank, "first allreduce failed");
+    if (rank == 0) {
+        struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
+        if (ibv_modify_qp(ib_ctx(comm)->conns[1].qp, &attr, IBV_QP_STATE) != 0)
+            return mp_fail(rank, "cannot move the QP to the error state");
+    }
+    st = flx_allreduce(comm, x, x, 4096, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO);
+    if (st == FLX_OK)
+        st = flx_allreduce(comm, x, x, 4096, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO);
+    if (st != FLX_ERR_PEER_LOST)
+        return mp_fail(rank, "after the QP error: %s", flx_status_string(st));
+    return 0;
+}
+
+START_TEST(test_qp_error)
+{
+    setenv("FLX_NET", "ib", 1);
+    setenv("FLX_TIMEOUT", "20s", 1);
+    ck_assert_int_eq(mp_run(2, body_qp_error, NULL, 120, NULL), 0);
+    unsetenv("FLX_TIMEOUT");
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("ib");
+    TCase *tc = tcase_create("verbs");
+    SRunner *sr;
+    int failed;
+
+    if (!ib_dev_available()) {
+        printf("SKIP: no active RDMA port (run inside ../shared/softroce/softroce-run.sh)\n");
+        return 77;
+    }
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_regcache);
+    tcase_add_test(tc, test_qp_error);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
