@@ -1,7 +1,9 @@
 #!/bin/bash
 # scripts/test.sh -- the project's test command: build from a clean tree,
 # run the whole suite (make check), then the sanitizer build's suite
-# (AddressSanitizer + UBSan) in build-asan/.
+# (AddressSanitizer + UBSan) in build-asan/, then the multi-process suite
+# over real verbs inside the SoftRoCE VM (../shared/softroce) when it is
+# there and we are root; without it that part is skipped and says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -15,4 +17,12 @@ mkdir -p build-asan && cd build-asan
 [ -f Makefile ] || ../configure -q --enable-asan
 make -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1 make check -j1 || { cat tests/*.log test-suite.log 2>/dev/null | tail -200; exit 1; }
-echo "scripts/test.sh: all tests passed (plain and sanitizer builds)"
+cd ..
+vm=../shared/softroce/softroce-run.sh
+if [ -x "$vm" ] && [ "$(id -u)" = 0 ]; then
+    echo "scripts/test.sh: the suite over verbs (ib backend) in the SoftRoCE VM"
+    SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-1200} "$vm" scripts/test-ib.sh build
+else
+    echo "scripts/test.sh: SKIP the ib suite: no $vm or not root"
+fi
+echo "scripts/test.sh: all tests passed (plain and sanitizer builds, ib suite)"

@@ -738,6 +738,8 @@ static void boot_sock_event(tl_ctx_t *ctx, int peer)
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     c->eof = 1;
+    /* its last messages and goodbye may still sit in our CQ: take them first */
+    poll_cq(ctx);
     if (n == 0 && c->bye)
         return;
     if (c->posted_head || c->sendq_head || c->rdv_head) {
@@ -904,7 +906,7 @@ err_destroy_ctx:
  * every peer said the same, then release: QPs, MRs, CQ, PD, channels. */
 static void ib_destroy(tl_ctx_t *ctx)
 {
-    double deadline = flx_time_now() + FLX_MIN(ctx->cfg.timeout_s, 10.0);
+    double deadline = flx_time_now() + ctx->cfg.timeout_s;
     int waiting = 1;
 
     for (int p = 0; ctx->err == FLX_OK && ctx->conns && p < ctx->size; p++) {
