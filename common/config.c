@@ -64,7 +64,7 @@ static const cfg_field_t cfg_table[] = {
      0, 0, NULL},
     {"BETA", "0", "fixed link bandwidth for the cost model in bytes/s, decimal units: 125M = 1 Gbit/s (0: measured)",
      CFG_RATE, OFF(beta), 0, 0, 0, NULL},
-    {"SPIN", "50us", "busy-poll this long (yielding the core) before sleeping in poll(); 0 sleeps at once",
+    {"SPIN", "50us", "tcp: busy-poll this long (yielding the core) before sleeping in poll(); 0 sleeps at once",
      CFG_TIME, OFF(spin_s), 0, 0, 0, NULL},
     {"IB_HCA", "", "RDMA device and port for the ib backend, name[:port] (default: hwloc-nearest active port)",
      CFG_STRING, OFF(ib_hca), SZ(ib_hca), 0, 0, NULL},
@@ -76,6 +76,8 @@ static const cfg_field_t cfg_table[] = {
      OFF(ib_recv_depth), 0, 8, 4096, NULL},
     {"IB_REG_CACHE", "256", "ib: registered buffers kept for reuse (least recently used evicted); 0 registers "
      "per message", CFG_INT, OFF(ib_reg_cache), 0, 0, 1 << 20, NULL},
+    {"IB_SPIN", "2ms", "ib: busy-poll the completion queue this long (yielding the core) before sleeping "
+     "on the completion channel", CFG_TIME, OFF(ib_spin_s), 0, 0, 0, NULL},
 };
 #define CFG_COUNT (sizeof(cfg_table) / sizeof(cfg_table[0]))
 

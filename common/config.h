@@ -33,6 +33,7 @@ typedef struct {
     size_t ib_eager;            /* FLX_IB_EAGER: largest eager payload */
     int ib_recv_depth;          /* FLX_IB_RECV_DEPTH: receives posted per peer */
     int ib_reg_cache;           /* FLX_IB_REG_CACHE: cached registrations, 0 = off */
+    double ib_spin_s;           /* FLX_IB_SPIN: busy-poll of the CQ before sleeping */
 } flx_config_t;
 
 enum { FLX_NET_AUTO = 0, FLX_NET_TCP = 1, FLX_NET_IB = 2 };

@@ -214,6 +214,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "flx-train: cannot build the model: %s\n", flx_status_string(st));
         goto out;
     }
+    /* the gradient lives as long as the run: registered once (ib) */
+    st = flx_mem_register(comm, mlp->grads, mlp->nparams * sizeof(float));
+    if (st != FLX_OK) {
+        fprintf(stderr, "flx-train: cannot register the gradient buffer: %s\n",
+                flx_status_string(st));
+        goto out;
+    }
     velocity = calloc(mlp->nparams, sizeof(float));
     order = malloc(train.n * sizeof(size_t));
     xb = malloc(o.batch * train.dim * sizeof(float));
@@ -319,6 +326,8 @@ out:
     free(order);
     free(xb);
     free(yb);
+    if (mlp && comm)
+        flx_mem_deregister(comm, mlp->grads);
     mlp_destroy(mlp);
     data_free(&train);
     data_free(&test);

@@ -908,6 +908,11 @@ static int perf_engine_setup(perf_engine_t *eng)
         /* fault the pages in before anything is timed */
         memset(eng->sendbuf, 0, send_cap ? send_cap : 64);
         memset(eng->recvbuf, 0, recv_cap ? recv_cap : 64);
+        /* long-lived buffers: registered once on the ib backend, as a
+         * trainer registers its gradients */
+        if (flx_mem_register(eng->comm, eng->sendbuf, send_cap ? send_cap : 64) != FLX_OK ||
+            flx_mem_register(eng->comm, eng->recvbuf, recv_cap ? recv_cap : 64) != FLX_OK)
+            fail = PERF_EXIT_FAIL;
     }
     eng->times = calloc((size_t)n, sizeof(double));
     eng->reqs = calloc((size_t)n + (size_t)eng->args.warmup + 1, sizeof(flx_request_h));
@@ -943,6 +948,10 @@ static void perf_engine_teardown(perf_engine_t *eng)
     eng->csv = NULL;
     free(eng->reqs);
     free(eng->times);
+    if (eng->recvbuf)
+        flx_mem_deregister(eng->comm, eng->recvbuf);
+    if (eng->sendbuf)
+        flx_mem_deregister(eng->comm, eng->sendbuf);
     free(eng->recvbuf);
     free(eng->sendbuf);
 }

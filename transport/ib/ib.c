@@ -756,16 +756,22 @@ static flx_status_t ib_progress(tl_ctx_t *ctx, double timeout_s)
 
     if (ctx->err != FLX_OK)
         return ctx->err;
-    spin_end = flx_time_now() + FLX_MIN(ctx->cfg.spin_s, timeout_s);
-    do {
+    /* busy-poll like perftest does, giving the core away now and then in
+     * case ranks outnumber cores */
+    spin_end = flx_time_now() + FLX_MIN(ctx->cfg.ib_spin_s, timeout_s);
+    for (unsigned it = 1;; it++) {
         if (poll_cq(ctx) > 0) {
             for (int p = 0; p < ctx->size; p++)
                 if (p != ctx->rank)
                     conn_flush(ctx, &ctx->conns[p]);
             return ctx->err;
         }
-        sched_yield();
-    } while (flx_time_now() < spin_end);
+        if (it % 64 == 0) {
+            if (flx_time_now() >= spin_end)
+                break;
+            sched_yield();
+        }
+    }
     /* sleep on the completion channel and the bootstrap sockets */
     if (ibv_req_notify_cq(ctx->cq, 0) != 0) {
         ib_fail(ctx, FLX_ERR_SYSTEM, "req_notify_cq");
