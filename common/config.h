@@ -34,6 +34,7 @@ typedef struct {
     int ib_recv_depth;          /* FLX_IB_RECV_DEPTH: receives posted per peer */
     int ib_reg_cache;           /* FLX_IB_REG_CACHE: cached registrations, 0 = off */
     double ib_spin_s;           /* FLX_IB_SPIN: busy-poll of the CQ before sleeping */
+    int ib_qps_per_peer;        /* FLX_IB_QPS_PER_PEER: large writes striped over them */
 } flx_config_t;
 
 enum { FLX_NET_AUTO = 0, FLX_NET_TCP = 1, FLX_NET_IB = 2 };

@@ -16,6 +16,7 @@
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define IB_PRIV_MAGIC 0x464c5849u /* "FLXI" */
 #define IB_NONCE_BYTES 16
@@ -23,13 +24,14 @@
 typedef struct {
     uint32_t ip;                 /* network order */
     uint16_t port;               /* network order */
-    uint16_t pad;
+    uint16_t nqps;               /* network order */
     uint8_t nonce[IB_NONCE_BYTES];
 } ib_boot_info_t;
 
 typedef struct {
     uint32_t magic;
     int32_t rank;
+    int32_t qidx;                /* 0: the primary QP, else an extra one */
     uint8_t nonce[IB_NONCE_BYTES];
 } ib_priv_t;
 
@@ -83,7 +85,9 @@ static flx_status_t expect_event(tl_ctx_t *ctx, struct rdma_event_channel *ch,
     return FLX_OK;
 }
 
-static flx_status_t conn_create_qp(tl_ctx_t *ctx, ib_conn_t *c, struct rdma_cm_id *id)
+/* qidx 0: the primary QP with its receives; else an extra QP that only
+ * carries RDMA writes (one receive slot, never used) */
+static flx_status_t conn_create_qp(tl_ctx_t *ctx, ib_conn_t *c, struct rdma_cm_id *id, int qidx)
 {
     struct ibv_qp_init_attr qa;
     flx_status_t st;
@@ -92,8 +96,8 @@ static flx_status_t conn_create_qp(tl_ctx_t *ctx, ib_conn_t *c, struct rdma_cm_i
     qa.qp_type = IBV_QPT_RC;
     qa.send_cq = ctx->cq;
     qa.recv_cq = ctx->cq;
-    qa.cap.max_send_wr = (uint32_t)(IB_SEND_SLOTS + ctx->recv_depth + 16);
-    qa.cap.max_recv_wr = (uint32_t)ctx->recv_depth;
+    qa.cap.max_send_wr = (uint32_t)(IB_SEND_SLOTS + 32 + 16); /* eager slots + writes + spare */
+    qa.cap.max_recv_wr = qidx == 0 ? (uint32_t)ctx->recv_depth : 1;
     qa.cap.max_send_sge = 1;
     qa.cap.max_recv_sge = 1;
     qa.cap.max_inline_data = 128;
@@ -105,11 +109,16 @@ static flx_status_t conn_create_qp(tl_ctx_t *ctx, ib_conn_t *c, struct rdma_cm_i
             return FLX_ERR_SYSTEM;
         }
     }
+    id->context = c;
+    if (qidx > 0) {
+        c->xid[qidx] = id;
+        c->xqp[qidx] = id->qp;
+        return FLX_OK;
+    }
     if (ctx->max_inline == 0 || qa.cap.max_inline_data < ctx->max_inline)
         ctx->max_inline = qa.cap.max_inline_data;
     c->id = id;
     c->qp = id->qp;
-    id->context = c;
     for (int k = 0; k < ctx->recv_depth; k++) {
         st = ib_post_recv_slot(ctx, c, k);
         if (st != FLX_OK)
@@ -119,14 +128,16 @@ static flx_status_t conn_create_qp(tl_ctx_t *ctx, ib_conn_t *c, struct rdma_cm_i
     return FLX_OK;
 }
 
-static flx_status_t conn_connect(tl_ctx_t *ctx, ib_conn_t *c, const ib_boot_info_t *info,
-                                 const ib_boot_info_t *mine, double deadline)
+static flx_status_t conn_connect(tl_ctx_t *ctx, ib_conn_t *c, int qidx,
+                                 const ib_boot_info_t *info, const ib_boot_info_t *mine,
+                                 double deadline)
 {
     struct sockaddr_in dst = {.sin_family = AF_INET};
     struct sockaddr_in src = ctx->dev.addr;
     struct rdma_conn_param param;
     struct rdma_cm_id *id;
-    ib_priv_t priv = {.magic = htonl(IB_PRIV_MAGIC), .rank = (int32_t)htonl((uint32_t)ctx->rank)};
+    ib_priv_t priv = {.magic = htonl(IB_PRIV_MAGIC), .rank = (int32_t)htonl((uint32_t)ctx->rank),
+                      .qidx = (int32_t)htonl((uint32_t)qidx)};
     flx_status_t st;
 
     dst.sin_addr.s_addr = info->ip;
@@ -148,13 +159,18 @@ static flx_status_t conn_connect(tl_ctx_t *ctx, ib_conn_t *c, const ib_boot_info
     if (st == FLX_OK)
         st = expect_event(ctx, ctx->ch_active, RDMA_CM_EVENT_ROUTE_RESOLVED, c->peer, deadline);
     if (st == FLX_OK)
-        st = conn_create_qp(ctx, c, id);
+        st = conn_create_qp(ctx, c, id, qidx);
     if (st != FLX_OK) {
         if (id->qp)
             rdma_destroy_qp(id);
         rdma_destroy_id(id);
-        c->id = NULL;
-        c->qp = NULL;
+        if (qidx == 0) {
+            c->id = NULL;
+            c->qp = NULL;
+        } else {
+            c->xid[qidx] = NULL;
+            c->xqp[qidx] = NULL;
+        }
         return st;
     }
     memset(&param, 0, sizeof(param));
@@ -167,7 +183,7 @@ static flx_status_t conn_connect(tl_ctx_t *ctx, ib_conn_t *c, const ib_boot_info
         return FLX_ERR_SYSTEM;
     }
     st = expect_event(ctx, ctx->ch_active, RDMA_CM_EVENT_ESTABLISHED, c->peer, deadline);
-    if (st == FLX_OK)
+    if (st == FLX_OK && qidx == 0)
         c->connected = 1;
     return st;
 }
@@ -175,7 +191,7 @@ static flx_status_t conn_connect(tl_ctx_t *ctx, ib_conn_t *c, const ib_boot_info
 /* accept the ranks above us; reject anything else */
 static flx_status_t conn_accept_all(tl_ctx_t *ctx, const ib_boot_info_t *infos, double deadline)
 {
-    int want = ctx->size - 1 - ctx->rank, established = 0;
+    int want = (ctx->size - 1 - ctx->rank) * ctx->nqps, established = 0;
 
     while (established < want) {
         struct rdma_cm_event *ev;
@@ -185,11 +201,14 @@ static flx_status_t conn_accept_all(tl_ctx_t *ctx, const ib_boot_info_t *infos, 
         if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
             const ib_priv_t *priv = ev->param.conn.private_data;
             struct rdma_cm_id *id = ev->id;
-            int peer = -1;
+            int peer = -1, qidx = -1;
             if (priv && ev->param.conn.private_data_len >= sizeof(*priv) &&
-                ntohl(priv->magic) == IB_PRIV_MAGIC)
+                ntohl(priv->magic) == IB_PRIV_MAGIC) {
                 peer = (int)ntohl((uint32_t)priv->rank);
-            if (peer <= ctx->rank || peer >= ctx->size || ctx->conns[peer].id != NULL ||
+                qidx = (int)ntohl((uint32_t)priv->qidx);
+            }
+            if (peer <= ctx->rank || peer >= ctx->size || qidx < 0 || qidx >= ctx->nqps ||
+                (qidx == 0 ? ctx->conns[peer].id != NULL : ctx->conns[peer].xid[qidx] != NULL) ||
                 sodium_memcmp(priv->nonce, infos[peer].nonce, IB_NONCE_BYTES) != 0) {
                 flx_warn(NET, ctx->rank, "ib: rejected a connection request claiming rank %d "
                          "(not a member of this job, or a duplicate)", peer);
@@ -197,7 +216,7 @@ static flx_status_t conn_accept_all(tl_ctx_t *ctx, const ib_boot_info_t *infos, 
                 rdma_ack_cm_event(ev);
                 continue;
             }
-            st = conn_create_qp(ctx, &ctx->conns[peer], id);
+            st = conn_create_qp(ctx, &ctx->conns[peer], id, qidx);
             if (st == FLX_OK) {
                 struct rdma_conn_param param;
                 memset(&param, 0, sizeof(param));
@@ -213,9 +232,11 @@ static flx_status_t conn_accept_all(tl_ctx_t *ctx, const ib_boot_info_t *infos, 
                 return st;
         } else if (ev->event == RDMA_CM_EVENT_ESTABLISHED) {
             ib_conn_t *c = ev->id->context;
+            int primary = c && ev->id == c->id;
             rdma_ack_cm_event(ev);
-            if (c && !c->connected) {
-                c->connected = 1;
+            if (c) {
+                if (primary)
+                    c->connected = 1;
                 established++;
             }
         } else {
@@ -257,13 +278,34 @@ flx_status_t ib_conn_setup(tl_ctx_t *ctx, boot_t *boot)
     memset(&mine, 0, sizeof(mine));
     mine.ip = bound.sin_addr.s_addr;
     mine.port = rdma_get_src_port(ctx->listen_id);
+    mine.nqps = htons((uint16_t)ctx->nqps);
     randombytes_buf(mine.nonce, sizeof(mine.nonce));
     infos = calloc((size_t)ctx->size, sizeof(*infos));
     if (infos == NULL)
         return FLX_ERR_NO_MEMORY;
     st = boot_allgather(boot, &mine, infos, sizeof(mine));
+    for (int j = 0; j < ctx->size && st == FLX_OK; j++) {
+        if (ntohs(infos[j].nqps) != ctx->nqps) {
+            flx_error(NET, ctx->rank, "FLX_IB_QPS_PER_PEER is %d here but %u on rank %d: it "
+                      "must be the same on every rank", ctx->nqps, ntohs(infos[j].nqps), j);
+            st = FLX_ERR_MISMATCH;
+        }
+    }
+    /* more ranks on this host than cores: long busy-polls starve the peers */
+    {
+        int local = 0;
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        for (int j = 0; j < ctx->size; j++)
+            local += infos[j].ip == mine.ip;
+        if (cores > 0 && local > cores && ctx->cfg.ib_spin_s > 50e-6) {
+            flx_info(NET, ctx->rank, "ib: %d ranks share %ld cores here: busy-poll 50 us, not "
+                     "%g ms", local, cores, ctx->cfg.ib_spin_s * 1e3);
+            ctx->cfg.ib_spin_s = 50e-6;
+        }
+    }
     for (int j = 0; j < ctx->rank && st == FLX_OK; j++)
-        st = conn_connect(ctx, &ctx->conns[j], &infos[j], &mine, deadline);
+        for (int q = 0; q < ctx->nqps && st == FLX_OK; q++)
+            st = conn_connect(ctx, &ctx->conns[j], q, &infos[j], &mine, deadline);
     if (st == FLX_OK)
         st = conn_accept_all(ctx, infos, deadline);
     sodium_memzero(infos, (size_t)ctx->size * sizeof(*infos));
@@ -275,6 +317,16 @@ void ib_conn_teardown(tl_ctx_t *ctx)
 {
     for (int p = 0; ctx->conns && p < ctx->size; p++) {
         ib_conn_t *c = &ctx->conns[p];
+        for (int q = 1; q < IB_MAX_QPS; q++) {
+            if (c->xid[q] == NULL)
+                continue;
+            rdma_disconnect(c->xid[q]);
+            if (c->xid[q]->qp)
+                rdma_destroy_qp(c->xid[q]);
+            rdma_destroy_id(c->xid[q]);
+            c->xid[q] = NULL;
+            c->xqp[q] = NULL;
+        }
         if (c->id == NULL)
             continue;
         if (c->connected)

@@ -33,7 +33,8 @@ enum { WR_RECV = 1, WR_SEND = 2, WR_WRITE = 3 };
 #define F_HAVE_CTS 2u
 
 #define IB_ERR_MAGIC 0x464c5845u /* "FLXE": failure report on the bootstrap socket */
-#define IB_MAX_PIECES 8
+#define IB_MAX_PIECES 8        /* pieces of one message in flight       */
+#define IB_MAX_CONN_WRITES 32  /* pieces in flight to one peer (SQ room) */
 
 typedef struct {
     uint32_t magic;
@@ -241,22 +242,28 @@ static flx_status_t post_msg(tl_ctx_t *ctx, ib_conn_t *c, ib_hdr_t *h, const voi
     return FLX_OK;
 }
 
-/* RDMA-write what fits of a large send; the last piece carries the IMM */
+/* RDMA-write what fits of a large send.  Pieces are striped across the
+ * peer's QPs; the last one carries the IMM on the primary QP and, with
+ * several QPs, goes only after every other piece completed (a completed
+ * RDMA write on RC has landed), so the IMM still means "all here". */
 static flx_status_t post_write_pieces(tl_ctx_t *ctx, ib_conn_t *c, tl_req_t *r)
 {
-    const size_t piece_max = (size_t)1 << 22; /* under every device's max_msg_sz */
+    const size_t piece_max = FLX_MIN((size_t)1 << 22, /* under every device's max_msg_sz */
+                                     FLX_DIV_ROUND_UP(r->len, (size_t)ctx->nqps));
     ib_mr_entry_t *mr = (ib_mr_entry_t *)(uintptr_t)r->priv[RQ_MR];
     size_t posted = (size_t)(r->priv[RQ_PIECES] >> 16);
     unsigned inflight = (unsigned)(r->priv[RQ_PIECES] & 0xffff);
 
-    while (posted < r->len && inflight < IB_MAX_PIECES) {
+    while (posted < r->len && inflight < IB_MAX_PIECES && c->writes_inflight < IB_MAX_CONN_WRITES) {
         size_t n = FLX_MIN(piece_max, r->len - posted);
         int last = posted + n == r->len;
+        int q = last ? 0 : (int)((posted / piece_max) % (size_t)ctx->nqps);
+        struct ibv_qp *qp = q == 0 ? c->qp : c->xqp[q];
         struct ibv_sge sge = {.addr = (uintptr_t)r->buf + posted, .length = (uint32_t)n,
                               .lkey = mr->mr->lkey};
         struct ibv_send_wr wr, *bad;
 
-        if (last && c->credits < 2)
+        if (last && (c->credits < 2 || (ctx->nqps > 1 && inflight > 0)))
             break; /* the IMM consumes one of the peer's receives */
         memset(&wr, 0, sizeof(wr));
         wr.wr_id = ((uint64_t)WR_WRITE << 60) | ((uintptr_t)r & WR_PTR_MASK);
@@ -268,15 +275,16 @@ static flx_status_t post_write_pieces(tl_ctx_t *ctx, ib_conn_t *c, tl_req_t *r)
         wr.wr.rdma.rkey = (uint32_t)(r->priv[RQ_RKEY_ID] >> 32);
         if (last)
             wr.imm_data = htonl((uint32_t)r->priv[RQ_RKEY_ID]);
-        if (ibv_post_send(c->qp, &wr, &bad) != 0) {
-            flx_error(NET, ctx->rank, "RDMA write of %zu bytes to rank %d failed: %m", n,
-                      c->peer);
+        if (ibv_post_send(qp, &wr, &bad) != 0) {
+            flx_error(NET, ctx->rank, "RDMA write of %zu bytes to rank %d (QP %d) failed: %m", n,
+                      c->peer, q);
             return FLX_ERR_SYSTEM;
         }
         if (last)
             c->credits--;
         posted += n;
         inflight++;
+        c->writes_inflight++;
     }
     r->priv[RQ_PIECES] = ((uint64_t)posted << 16) | inflight;
     return FLX_OK;
@@ -629,6 +637,7 @@ static void handle_wc(tl_ctx_t *ctx, const struct ibv_wc *wc)
         tl_req_t *r = (tl_req_t *)(uintptr_t)(wc->wr_id & WR_PTR_MASK);
         ib_conn_t *c = &ctx->conns[r->peer];
         r->priv[RQ_PIECES]--;
+        c->writes_inflight--;
         if ((r->priv[RQ_PIECES] >> 16) == r->len && (r->priv[RQ_PIECES] & 0xffff) == 0) {
             list_remove(&c->rdv_head, &c->rdv_tail, r);
             ib_mr_put(&ctx->mrc, (ib_mr_entry_t *)(uintptr_t)r->priv[RQ_MR]);
@@ -829,7 +838,7 @@ flx_status_t ib_resources_create(tl_ctx_t *ctx)
     }
     ctx->pd = ibv_alloc_pd(ctx->verbs);
     ctx->comp_ch = ibv_create_comp_channel(ctx->verbs);
-    ctx->cq_size = (ctx->recv_depth + IB_SEND_SLOTS + 2 * IB_MAX_PIECES + 32) * ctx->size;
+    ctx->cq_size = (ctx->recv_depth + IB_SEND_SLOTS + IB_MAX_CONN_WRITES + 32) * ctx->size;
     if (ctx->cq_size > da.max_cqe)
         ctx->cq_size = da.max_cqe;
     if (ctx->pd && ctx->comp_ch)
@@ -879,6 +888,7 @@ static flx_status_t ib_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t **
     ctx->eager_max = cfg->ib_eager;
     ctx->slot_size = sizeof(ib_hdr_t) + ctx->eager_max;
     ctx->recv_depth = cfg->ib_recv_depth;
+    ctx->nqps = cfg->ib_qps_per_peer;
     ctx->rdv_slots = 4096;
     ctx->conns = calloc((size_t)ctx->size, sizeof(*ctx->conns));
     ctx->rdv = calloc((size_t)ctx->rdv_slots, sizeof(*ctx->rdv));
@@ -897,8 +907,9 @@ static flx_status_t ib_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t **
     st = ib_conn_setup(ctx, boot);
     if (st != FLX_OK)
         goto err_destroy_ctx;
-    flx_info(NET, ctx->rank, "ib: %d QPs on %s port %d, eager up to %zu bytes, inline %u",
-             ctx->size - 1, ctx->dev.name, ctx->dev.port, ctx->eager_max, ctx->max_inline);
+    flx_info(NET, ctx->rank, "ib: %d QP(s) to each of %d peers on %s port %d, eager up to %zu "
+             "bytes, inline %u", ctx->nqps, ctx->size - 1, ctx->dev.name, ctx->dev.port,
+             ctx->eager_max, ctx->max_inline);
     *ctx_p = ctx;
     return FLX_OK;
 

@@ -92,10 +92,14 @@ typedef struct ib_unexp {
     void *buf;
 } ib_unexp_t;
 
+#define IB_MAX_QPS 8       /* FLX_IB_QPS_PER_PEER upper bound */
+
 typedef struct {
     int peer;
-    struct rdma_cm_id *id;
+    struct rdma_cm_id *id;     /* the primary QP: messages, credits, IMMs */
     struct ibv_qp *qp;
+    struct rdma_cm_id *xid[IB_MAX_QPS];  /* [1..nqps-1]: extra QPs that  */
+    struct ibv_qp *xqp[IB_MAX_QPS];      /* carry stripes of large writes */
     int connected;
     int errored;          /* peer reported a failure / QP error           */
     int bye;
@@ -153,6 +157,7 @@ struct tl_ctx {
     size_t eager_max;            /* largest eager payload                 */
     int recv_depth;              /* receives posted per peer              */
     uint32_t max_inline;
+    int nqps;                    /* QPs per peer (FLX_IB_QPS_PER_PEER)    */
     ib_rdv_slot_t *rdv;          /* [rdv_slots] by IMM id                 */
     int rdv_slots;
     uint32_t rdv_next;
