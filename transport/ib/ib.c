@@ -168,14 +168,20 @@ static void fail_from_seq(tl_ctx_t *ctx, flx_status_t st, uint32_t seq)
     }
 }
 
-static flx_status_t req_doomed(tl_ctx_t *ctx, ib_conn_t *c, const tl_tag_t *tag)
+/* A request that can never run gets this status (FLX_OK: it can).  A
+ * receive is checked against the early messages first: a peer may have
+ * sent what we want and said goodbye before we asked (peer_gone = 0). */
+static flx_status_t req_doomed(tl_ctx_t *ctx, ib_conn_t *c, const tl_tag_t *tag, int peer_gone)
 {
     if (ctx->err != FLX_OK)
         return ctx->err;
     if (ctx->remote_failed && seq_ge(tag->seq, ctx->remote_seq))
         return ctx->remote_err;
-    if (c->errored || c->bye)
+    if (peer_gone && (c->errored || c->bye)) {
+        flx_error(NET, ctx->rank, "rank %d has left the job; collective #%u cannot complete",
+                  c->peer, tag->seq);
         return FLX_ERR_PEER_LOST;
+    }
     return FLX_OK;
 }
 
@@ -386,7 +392,7 @@ static flx_status_t ib_isend(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, const
     req_init(req, peer, 1, tag, (void *)buf, len);
     if (seq_ge(tag->seq, ctx->cur_seq))
         ctx->cur_seq = tag->seq;
-    if ((st = req_doomed(ctx, c, tag)) != FLX_OK) {
+    if ((st = req_doomed(ctx, c, tag, 1)) != FLX_OK) {
         req_finish(req, st);
         return st;
     }
@@ -434,7 +440,7 @@ static flx_status_t ib_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void 
     req_init(req, peer, 0, tag, buf, len);
     if (seq_ge(tag->seq, ctx->cur_seq))
         ctx->cur_seq = tag->seq;
-    if ((st = req_doomed(ctx, c, tag)) != FLX_OK) {
+    if ((st = req_doomed(ctx, c, tag, 0)) != FLX_OK) {
         req_finish(req, st);
         return st;
     }
@@ -463,7 +469,7 @@ static flx_status_t ib_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void 
         free(u);
         break;
     }
-    if (c->eof && !c->bye) {
+    if (c->errored || c->bye || c->eof) {
         flx_error(NET, ctx->rank, "rank %d has left the job; collective #%u cannot complete",
                   peer, tag->seq);
         ib_fail(ctx, FLX_ERR_PEER_LOST, "peer gone");
@@ -617,10 +623,14 @@ static void handle_wc(tl_ctx_t *ctx, const struct ibv_wc *wc)
     if (wc->status != IBV_WC_SUCCESS) {
         int peer = kind == WR_WRITE ? ((tl_req_t *)(uintptr_t)(wc->wr_id & WR_PTR_MASK))->peer
                                     : WR_PEER(wc->wr_id);
-        if (ctx->err == FLX_OK && !ctx->conns[peer].bye)
+        ctx->conns[peer].errored = 1;
+        /* a peer that said goodbye disconnects: our receives get flushed */
+        if (ctx->conns[peer].bye && wc->status == IBV_WC_WR_FLUSH_ERR &&
+            ctx->conns[peer].posted_head == NULL)
+            return;
+        if (ctx->err == FLX_OK)
             flx_error(NET, ctx->rank, "QP to rank %d failed: %s (vendor error 0x%x)", peer,
                       ibv_wc_status_str(wc->status), wc->vendor_err);
-        ctx->conns[peer].errored = 1;
         ib_fail(ctx, FLX_ERR_PEER_LOST, "work completion error");
         return;
     }
