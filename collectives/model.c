@@ -2,7 +2,9 @@
  *
  *   ring allreduce   2(N-1) alpha + 2(N-1)/N S/beta
  *   tree allreduce   2 depth (alpha + c/beta) + (k+1) S/beta, k = min(2, N-1) children
- *   rd allreduce     (log2 p + 2[N != p]) (alpha + S/beta), p = pow2 floor of N
+ *   rd allreduce     (log2 p + 2[N != p]) (alpha + S/beta) + log2 p S/reduce bandwidth
+ *                    (its reductions wait for whole messages; ring and tree
+ *                    overlap theirs with the transfer), p = pow2 floor of N
  *   ring allgather   (N-1) (alpha + b/beta)
  *   bruck allgather  ceil(log2 N) alpha + (N-1) b/beta + 2 N b / copy bandwidth
  *   binomial bcast   ceil(log2 N) (alpha + S/beta)
@@ -17,7 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MODEL_COPY_BW 5.0e9 /* bytes/s of a local memcpy, conservative */
+#define MODEL_COPY_BW 5.0e9   /* bytes/s of a local memcpy, conservative */
+#define MODEL_REDUCE_BW 1.0e10 /* bytes/s of a local sum reading two inputs */
 
 static int log2_floor(int n)
 {
@@ -43,7 +46,8 @@ double model_allreduce_time(flx_algo_t algo, int n, double bytes, double alpha, 
         return 2.0 * topo_tree_depth(n) * (alpha + c / beta) +
                (FLX_MIN(2, n - 1) + 1) * bytes / beta;
     case FLX_ALGO_RD:
-        return (log2_floor(p) + (p != n ? 2 : 0)) * (alpha + bytes / beta);
+        return (log2_floor(p) + (p != n ? 2 : 0)) * (alpha + bytes / beta) +
+               (log2_floor(p) + (p != n ? 1 : 0)) * bytes / MODEL_REDUCE_BW;
     default:
         return 1e30;
     }
