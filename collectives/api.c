@@ -6,24 +6,39 @@
 
 #include <string.h>
 
-#define CHECK_ARG(cond, comm, ...)                                          \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            flx_error(COLL, (comm) ? (comm)->rank : -1, __VA_ARGS__);       \
-            return FLX_ERR_INVALID_ARG;                                     \
-        }                                                                   \
-    } while (0)
+#include <stdarg.h>
+
+/* ok: returns 1; not ok: logs the message once and returns 0 */
+static int arg_ok(int ok, flx_comm_h comm, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int arg_ok(int ok, flx_comm_h comm, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+
+    if (ok)
+        return 1;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    flx_error(COLL, comm ? comm->rank : -1, "%s", msg);
+    return 0;
+}
 
 static flx_status_t check_common(flx_comm_h comm, const char *fn, size_t count,
                                  flx_dtype_t dtype, size_t nblocks)
 {
     size_t es;
 
-    CHECK_ARG(comm != NULL, comm, "%s: comm is NULL", fn);
-    CHECK_ARG(flx_dtype_valid(dtype), comm, "%s: invalid dtype %d", fn, (int)dtype);
+    if (!arg_ok(comm != NULL, comm, "%s: comm is NULL", fn))
+        return FLX_ERR_INVALID_ARG;
+    if (!arg_ok(flx_dtype_valid(dtype), comm, "%s: invalid dtype %d", fn, (int)dtype))
+        return FLX_ERR_INVALID_ARG;
     es = flx_dtype_size(dtype);
-    CHECK_ARG(count <= ((size_t)1 << 50) / es / nblocks, comm,
-              "%s: count %zu is absurd (over 1 PiB)", fn, count);
+    if (!arg_ok(count <= ((size_t)1 << 50) / es / nblocks, comm,
+              "%s: count %zu is absurd (over 1 PiB)", fn, count))
+        return FLX_ERR_INVALID_ARG;
     return FLX_OK;
 }
 
@@ -134,12 +149,16 @@ flx_status_t flx_allreduce_check(flx_comm_h comm, const void *sendbuf, void *rec
     if (st != FLX_OK)
         return st;
     bytes = count * flx_dtype_size(dtype);
-    CHECK_ARG(flx_op_valid(op), comm, "flx_allreduce: invalid op %d", (int)op);
-    CHECK_ARG((unsigned)algo < FLX_ALGO_COUNT, comm, "flx_allreduce: invalid algo %d", (int)algo);
-    CHECK_ARG(count == 0 || (sendbuf && recvbuf), comm,
-              "flx_allreduce: NULL buffer with count %zu", count);
-    CHECK_ARG(sendbuf == recvbuf || !ranges_overlap(sendbuf, bytes, recvbuf, bytes), comm,
-              "flx_allreduce: send and receive buffers overlap without being the same");
+    if (!arg_ok(flx_op_valid(op), comm, "flx_allreduce: invalid op %d", (int)op))
+        return FLX_ERR_INVALID_ARG;
+    if (!arg_ok((unsigned)algo < FLX_ALGO_COUNT, comm, "flx_allreduce: invalid algo %d", (int)algo))
+        return FLX_ERR_INVALID_ARG;
+    if (!arg_ok(count == 0 || (sendbuf && recvbuf), comm,
+              "flx_allreduce: NULL buffer with count %zu", count))
+        return FLX_ERR_INVALID_ARG;
+    if (!arg_ok(sendbuf == recvbuf || !ranges_overlap(sendbuf, bytes, recvbuf, bytes), comm,
+              "flx_allreduce: send and receive buffers overlap without being the same"))
+        return FLX_ERR_INVALID_ARG;
     return FLX_OK;
 }
 
@@ -154,13 +173,16 @@ flx_status_t flx_allgather_check(flx_comm_h comm, const void *sendbuf, void *rec
         return st;
     bpr = count * flx_dtype_size(dtype);
     mine = (const char *)recvbuf + (size_t)comm->rank * bpr;
-    CHECK_ARG((unsigned)algo < FLX_ALGO_COUNT, comm, "flx_allgather: invalid algo %d", (int)algo);
-    CHECK_ARG(count == 0 || (sendbuf && recvbuf), comm,
-              "flx_allgather: NULL buffer with count %zu", count);
-    CHECK_ARG(sendbuf == mine ||
+    if (!arg_ok((unsigned)algo < FLX_ALGO_COUNT, comm, "flx_allgather: invalid algo %d", (int)algo))
+        return FLX_ERR_INVALID_ARG;
+    if (!arg_ok(count == 0 || (sendbuf && recvbuf), comm,
+              "flx_allgather: NULL buffer with count %zu", count))
+        return FLX_ERR_INVALID_ARG;
+    if (!arg_ok(sendbuf == mine ||
                   !ranges_overlap(sendbuf, bpr, recvbuf, bpr * (size_t)comm->size),
               comm, "flx_allgather: sendbuf overlaps recvbuf but is not its block %d",
-              comm->rank);
+              comm->rank))
+        return FLX_ERR_INVALID_ARG;
     return FLX_OK;
 }
 
@@ -193,10 +215,12 @@ flx_status_t flx_broadcast(flx_comm_h comm, void *buf, size_t count, flx_dtype_t
 
     if (st != FLX_OK)
         return st;
-    CHECK_ARG(root >= 0 && root < comm->size, comm,
+    if (!arg_ok(root >= 0 && root < comm->size, comm,
               "flx_broadcast: root %d is not a rank of this %d-rank communicator", root,
-              comm->size);
-    CHECK_ARG(count == 0 || buf, comm, "flx_broadcast: NULL buffer with count %zu", count);
+              comm->size))
+        return FLX_ERR_INVALID_ARG;
+    if (!arg_ok(count == 0 || buf, comm, "flx_broadcast: NULL buffer with count %zu", count))
+        return FLX_ERR_INVALID_ARG;
     if ((st = comm_enter(comm)) != FLX_OK)
         return st;
     bytes = count * flx_dtype_size(dtype);
@@ -226,12 +250,15 @@ flx_status_t flx_reduce_scatter(flx_comm_h comm, const void *sendbuf, void *recv
         return st;
     es = flx_dtype_size(dtype);
     bytes = recvcount * es;
-    CHECK_ARG(flx_op_valid(op), comm, "flx_reduce_scatter: invalid op %d", (int)op);
-    CHECK_ARG(recvcount == 0 || (sendbuf && recvbuf), comm,
-              "flx_reduce_scatter: NULL buffer with recvcount %zu", recvcount);
-    CHECK_ARG(sendbuf == recvbuf ||
+    if (!arg_ok(flx_op_valid(op), comm, "flx_reduce_scatter: invalid op %d", (int)op))
+        return FLX_ERR_INVALID_ARG;
+    if (!arg_ok(recvcount == 0 || (sendbuf && recvbuf), comm,
+              "flx_reduce_scatter: NULL buffer with recvcount %zu", recvcount))
+        return FLX_ERR_INVALID_ARG;
+    if (!arg_ok(sendbuf == recvbuf ||
                   !ranges_overlap(sendbuf, bytes * (size_t)comm->size, recvbuf, bytes),
-              comm, "flx_reduce_scatter: send and receive buffers overlap without being the same");
+              comm, "flx_reduce_scatter: send and receive buffers overlap without being the same"))
+        return FLX_ERR_INVALID_ARG;
     if ((st = comm_enter(comm)) != FLX_OK)
         return st;
     coll_begin(comm, COLL_REDUCE_SCATTER, FLX_ALGO_RING, dtype, op, recvcount,
@@ -271,7 +298,8 @@ flx_status_t flx_barrier(flx_comm_h comm)
 {
     flx_status_t st;
 
-    CHECK_ARG(comm != NULL, comm, "flx_barrier: comm is NULL");
+    if (!arg_ok(comm != NULL, comm, "flx_barrier: comm is NULL"))
+        return FLX_ERR_INVALID_ARG;
     if ((st = comm_enter(comm)) != FLX_OK)
         return st;
     coll_begin(comm, COLL_BARRIER, FLX_ALGO_RD, FLX_INT32, 0, 0, "barrier");

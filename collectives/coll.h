@@ -62,4 +62,29 @@ flx_status_t comm_run_allgather(flx_comm_h comm, const void *sendbuf, void *recv
 flx_algo_t comm_pick_allreduce(flx_comm_h comm, size_t count, flx_dtype_t dtype,
                                flx_algo_t algo);
 
+/* ---- compression layer support (collectives/allgatherv.c; used by compress/) ---- */
+
+/* Wire kinds of the collectives the compression layer builds (kept clear of
+ * the dense kinds in comm.h). */
+enum {
+    COLL_ALLGATHERV = 24,     /* allgatherv: counts, then blocks         */
+    COLL_ARTOPK = 25,         /* compress/artopk_pipe.c: fused AR-Topk   */
+};
+
+/* Allgather of sendbytes bytes per rank, the counts differing across ranks.
+ * Collective.  First the counts travel (fixed-size allgather), so every
+ * rank fills counts[0, N) and displs[0, N) (byte offsets, prefix sums; the
+ * caller owns both arrays) and rank i's block lands at recvbuf + displs[i].
+ * Then the blocks: FLX_ALGO_RING, FLX_ALGO_RD (Bruck with variable blocks)
+ * or FLX_ALGO_AUTO (FLX_ALGO, else the alpha-beta model on the largest
+ * block).  sendbuf is copied to its place first (it may already be there).
+ * A total above capacity: FLX_ERR_INVALID_ARG on every rank, no data moved,
+ * and the communicator keeps working.  Takes the execution lock like the
+ * public calls (waits for earlier non-blocking requests). */
+flx_status_t coll_allgatherv(flx_comm_h comm, const void *sendbuf, size_t sendbytes,
+                             void *recvbuf, size_t capacity, size_t *counts, size_t *displs,
+                             flx_algo_t algo);
+
+/* ---- end of the compression layer support ---- */
+
 #endif

@@ -217,6 +217,188 @@ FLX_API const char *flx_version_string(void);
 /* Comma-separated features compiled in, e.g. "tcp,ib,hwloc,asan". */
 FLX_API const char *flx_build_features(void);
 
+/* ---------------------------------------------------------------------- */
+/* Gradient compression and synchronisation                               */
+/* ---------------------------------------------------------------------- */
+
+/*
+ * A gradient-sync object owns everything one flat gradient of n floats
+ * needs to be synchronised with compression: the residuals of error
+ * feedback (one per parameter, zero at creation), the selection state, the
+ * buffers.  One call per training step compresses g + e, communicates,
+ * decompresses into the caller's buffer and updates the residuals; the
+ * result is the same, bit for bit, on every rank.
+ *
+ * "Kept fraction" c in (0, 1]: k = max(1, floor(c n)) elements are sent.
+ * Methods:
+ *   NONE      dense allreduce of the n floats (no residual)
+ *   TOPK      the k largest |g + e| (ties: lower index); combined by
+ *             opts.collective: ARTOPK (one shared index set, values by a
+ *             dense allreduce of k floats) or ALLGATHER (every rank's
+ *             (value, int32 index) pairs gathered and summed locally)
+ *   ARTOPK    TOPK with FLX_GSYNC_COLL_ARTOPK
+ *   RANDK     k indices drawn from (seed, step): the same on every rank, so
+ *             the values combine by an allreduce of k floats
+ *   FP16/BF16 the gradient cast to 16 bits, combined by a half allreduce
+ *   QSGD8     8-bit levels with stochastic rounding and a float scale per
+ *             bucket of opts.qsgd_bucket elements, combined by an allgather
+ *   POWERSGD  rank-r PowerSGD of the gradient viewed as a near-square
+ *             matrix, two allreduces, warm-started
+ *
+ * Every flx_gsync_* call except create and destroy is local unless it says
+ * otherwise; flx_gsync_step and flx_gsync_set_* must be called by every rank
+ * with the same arguments (other than the gradient) in the same order.
+ */
+typedef struct flx_gsync *flx_gsync_h;
+
+typedef enum {
+    FLX_COMPRESS_NONE = 0,
+    FLX_COMPRESS_TOPK,
+    FLX_COMPRESS_RANDK,
+    FLX_COMPRESS_ARTOPK,
+    FLX_COMPRESS_FP16,
+    FLX_COMPRESS_BF16,
+    FLX_COMPRESS_QSGD8,
+    FLX_COMPRESS_POWERSGD,
+    FLX_COMPRESS_COUNT
+} flx_compress_t;
+
+/* Top-k selection: exact (radix selection), or approximate (a threshold
+ * from the previous step or a sample; returns the exact top-k whenever its
+ * count lands in its window, which is nearly always). */
+typedef enum { FLX_SELECT_EXACT = 0, FLX_SELECT_APPROX } flx_select_t;
+
+/* AR-Topk's index set: STAR (leader = step mod N), VAR (leader = largest
+ * EWMA of ||g||), VOTE (union of every rank's top-ceil(k/N), scored by
+ * summed magnitude, trimmed to k: for non-IID data). */
+typedef enum { FLX_LEADER_STAR = 0, FLX_LEADER_VAR, FLX_LEADER_VOTE } flx_leader_t;
+
+/* How AR-Topk's index set travels: SERIAL (broadcast, then allreduce, as in
+ * the paper), PREVIOUS (step t uses step t-1's set; the next set moves in
+ * the background while the caller computes), PIPELINED (the indices ride
+ * with the values through one fused ring).  DEFAULT: PIPELINED, the winner
+ * on this project's measurements (README "Compression"). */
+typedef enum {
+    FLX_INDEX_DEFAULT = 0,
+    FLX_INDEX_SERIAL,
+    FLX_INDEX_PREVIOUS,
+    FLX_INDEX_PIPELINED,
+} flx_index_mode_t;
+
+/* The collective that combined a step's values.  For TOPK, AUTO picks AR-Topk
+ * or the sparse allgather each step from the communicator's alpha-beta
+ * model (DESIGN.md's cost formulas). */
+typedef enum {
+    FLX_GSYNC_COLL_AUTO = 0,
+    FLX_GSYNC_COLL_ARTOPK,
+    FLX_GSYNC_COLL_ALLGATHER,
+    FLX_GSYNC_COLL_ALLREDUCE, /* dense (NONE, RANDK, FP16, BF16, POWERSGD) */
+} flx_gsync_coll_t;
+
+/* Which fields of flx_gsync_opts_t are set; the others take the defaults. */
+enum {
+    FLX_GSYNC_OPT_METHOD = 1u << 0,
+    FLX_GSYNC_OPT_KEPT_FRACTION = 1u << 1,
+    FLX_GSYNC_OPT_SELECT = 1u << 2,
+    FLX_GSYNC_OPT_ERROR_FEEDBACK = 1u << 3,
+    FLX_GSYNC_OPT_LEADER = 1u << 4,
+    FLX_GSYNC_OPT_INDEX_MODE = 1u << 5,
+    FLX_GSYNC_OPT_COLLECTIVE = 1u << 6,
+    FLX_GSYNC_OPT_POWERSGD_RANK = 1u << 7,
+    FLX_GSYNC_OPT_OP = 1u << 8,
+    FLX_GSYNC_OPT_SEED = 1u << 9,
+    FLX_GSYNC_OPT_THREADS = 1u << 10,
+    FLX_GSYNC_OPT_QSGD_BUCKET = 1u << 11,
+    FLX_GSYNC_OPT_VAR_EWMA = 1u << 12,
+};
+
+typedef struct {
+    uint64_t field_mask;         /* FLX_GSYNC_OPT_* bits of the fields set     */
+    flx_compress_t method;       /* default FLX_COMPRESS_NONE                  */
+    double kept_fraction;        /* c in (0, 1], default 0.01                  */
+    flx_select_t select;         /* default FLX_SELECT_APPROX                  */
+    int error_feedback;          /* 0 or 1, default 1 (ignored by NONE)        */
+    flx_leader_t leader;         /* AR-Topk, default FLX_LEADER_STAR           */
+    flx_index_mode_t index_mode; /* AR-Topk, default FLX_INDEX_DEFAULT         */
+    flx_gsync_coll_t collective; /* TOPK: AUTO, ARTOPK or ALLGATHER; default ARTOPK */
+    int powersgd_rank;           /* >= 1, default 4 (clamped to the matrix)    */
+    flx_op_t op;                 /* FLX_AVG (default) or FLX_SUM               */
+    uint64_t seed;               /* random-k, QSGD, PowerSGD's Q; same on all ranks */
+    int threads;                 /* selection threads for n >= 4 Mi, default 1; 0: all CPUs */
+    unsigned qsgd_bucket;        /* elements per QSGD scale, default 512       */
+    double var_ewma;             /* VAR: weight of the newest norm, (0, 1], default 0.1 */
+} flx_gsync_opts_t;
+
+/* What one step did. */
+typedef struct {
+    uint64_t step;               /* 0 for the first step                       */
+    flx_compress_t method;
+    flx_gsync_coll_t collective; /* what combined the values                   */
+    size_t k;                    /* elements sent (VOTE: the union, <= k)      */
+    int leader;                  /* rank whose index set was used, -1: none    */
+    uint64_t bytes_sent;         /* payload bytes this rank sent in the step   */
+    double select_s;             /* g + e, selection / encoding                */
+    double comm_s;               /* collectives, waits included                */
+    double decompress_s;         /* decoding into the output, residual update  */
+    double gain;                 /* ||C(g + e)|| / ||g + e|| on this rank, 1 for NONE */
+} flx_gsync_report_t;
+
+/* Fill opts with the defaults (field_mask = 0). */
+FLX_API void flx_gsync_opts_default(flx_gsync_opts_t *opts);
+
+/* Create a gradient-sync object for n floats (1 <= n < 2^31) on comm.
+ * Collective (all ranks, same n and options).  opts may be NULL (all
+ * defaults).  FLX_ERR_INVALID_ARG (one log line) for n = 0, c outside
+ * (0, 1], an unknown method / selection / leader / mode / collective, op
+ * other than SUM and AVG, powersgd_rank < 1, qsgd_bucket = 0, var_ewma
+ * outside (0, 1].  On success *h_p owns its memory and borrows comm (which
+ * must outlive it). */
+FLX_API flx_status_t flx_gsync_create(flx_comm_h comm, size_t n, const flx_gsync_opts_t *opts,
+                                      flx_gsync_h *h_p);
+
+/* One step, collective: grad_in_out[0, n) holds this rank's gradient g; on
+ * FLX_OK it holds the synchronised gradient (sum or mean over the ranks of
+ * the decompressed C(g + e)), identical on every rank, and the residuals
+ * hold g + e - C(g + e).  report_p may be NULL.
+ * A NaN or Inf in any rank's gradient: every rank returns
+ * FLX_ERR_INVALID_ARG (the rank that saw it logs one line), grad_in_out and
+ * the residuals are left as they were, the communicator keeps working
+ * (NONE: grad_in_out then holds the non-finite sum).  Communication errors
+ * are the communicator's (FLX_ERR_PEER_LOST, ...). */
+FLX_API flx_status_t flx_gsync_step(flx_gsync_h h, float *grad_in_out,
+                                    flx_gsync_report_t *report_p);
+
+/* Change the kept fraction from the next step on (the controller does so
+ * every step).  Same c on every rank.  FLX_ERR_INVALID_ARG for c outside
+ * (0, 1] or NaN (nothing changes); FLX_ERR_NO_MEMORY if a larger k needs
+ * buffers that cannot be had. */
+FLX_API flx_status_t flx_gsync_set_kept_fraction(flx_gsync_h h, double kept_fraction);
+/* TOPK: switch between FLX_GSYNC_COLL_AUTO, _ARTOPK and _ALLGATHER from the
+ * next step on (same on every rank). */
+FLX_API flx_status_t flx_gsync_set_collective(flx_gsync_h h, flx_gsync_coll_t collective);
+/* k for the current kept fraction. */
+FLX_API size_t flx_gsync_kept(flx_gsync_h h);
+/* The residuals e[0, n) (NULL without error feedback); valid until the next
+ * step or destroy.  For checkpoints and tests. */
+FLX_API const float *flx_gsync_residual(flx_gsync_h h);
+
+/* Wait for a background index exchange still running (collective, like a
+ * step), free everything.  NULL is a no-op. */
+FLX_API flx_status_t flx_gsync_destroy(flx_gsync_h h);
+
+FLX_API const char *flx_compress_name(flx_compress_t method);
+FLX_API const char *flx_gsync_coll_name(flx_gsync_coll_t collective);
+
+/* Allgather with a count per rank: rank i's sendcount elements land at
+ * recvbuf + displs_p[i] elements; counts_p and displs_p (size entries each,
+ * the caller's) are filled from the counts every rank sent, which travel
+ * first.  recvcapacity is recvbuf's size in elements; a total above it is
+ * FLX_ERR_INVALID_ARG on every rank (no data moved, the communicator keeps
+ * working).  algo: FLX_ALGO_AUTO, FLX_ALGO_RING or FLX_ALGO_RD (Bruck). */
+FLX_API flx_status_t flx_allgatherv(flx_comm_h comm, const void *sendbuf, size_t sendcount,
+                                    void *recvbuf, size_t recvcapacity, size_t *counts_p,
+                                    size_t *displs_p, flx_dtype_t dtype, flx_algo_t algo);
+
 #ifdef __cplusplus
 }
 #endif
