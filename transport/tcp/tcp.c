@@ -173,7 +173,12 @@ static int conn_send_progress(tl_ctx_t *ctx, tcp_conn_t *c)
             iov[n].iov_base = (char *)r->buf + (r->done_bytes - hlen);
             iov[n++].iov_len = total - r->done_bytes;
         }
-        w = writev(c->fd, iov, n);
+        /* sendmsg, not writev: MSG_NOSIGNAL turns a vanished peer into
+         * EPIPE (FLX_ERR_PEER_LOST) instead of a SIGPIPE that kills us */
+        {
+            struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+            w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        }
         if (w < 0) {
             if (errno == EAGAIN || errno == EINTR)
                 return 0;

@@ -3,7 +3,7 @@
  *
  * Every message is a 40-byte header followed by its payload.  Small and
  * large messages take the same path (no per-message handshake): the sender
- * writes header and payload with one writev; the receiver matches the
+ * writes header and payload with one sendmsg; the receiver matches the
  * header to a posted receive and reads the payload straight into the
  * user's buffer, or into a buffer of its own when nothing is posted yet
  * (unexpected message), copied out when the receive is posted. */
