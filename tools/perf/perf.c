@@ -18,6 +18,7 @@
 
 #include "tools/perf/perf.h"
 
+#include "collectives/coll.h" /* model_*_time: the cost model's pure functions */
 #include "common/config.h"
 #include "common/dtype.h"
 #include "common/time.h"
@@ -71,10 +72,11 @@ static const struct {
     {'c', "-c, --check 0|1          check results in a separate, untimed pass (default 1)"},
     {'d', "-d, --datatype TYPE      float, double, half, bfloat16, int32, int64 or all (default float)"},
     {'o', "-o, --op OP              sum, prod, min, max, avg or all (default sum)"},
-    {'a', "-a, --algo ALGO          auto, ring, tree or rd (default auto)"},
+    {'a', "-a, --algo ALGO          auto, ring, tree, rd or all (each, then auto; default auto)"},
     {'r', "-r, --root RANK          root of the broadcast (default 0)"},
     {'z', "-z, --blocking 0|1       1: blocking calls; 0: non-blocking calls + flx_wait (default 1)"},
     {'C', "    --csv FILE           write one CSV row per size and placement to FILE"},
+    {'M', "    --model              print the alpha-beta model's predicted time beside each row"},
     {'h', "-h, --help               this text"},
 };
 
@@ -160,6 +162,7 @@ int perf_args_parse(perf_args_t *args, const char *prog, const char *accept,
         {"root", required_argument, NULL, 'r'},
         {"blocking", required_argument, NULL, 'z'},
         {"csv", required_argument, NULL, 'C'},
+        {"model", no_argument, NULL, 'M'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -171,7 +174,7 @@ int perf_args_parse(perf_args_t *args, const char *prog, const char *accept,
     /* ':' first: a missing argument returns ':' instead of printing. */
     optstring[len++] = ':';
     for (const char *p = accept; *p != '\0' && len + 3 < sizeof(optstring); p++) {
-        if (*p == 'C' || *p == 'h')
+        if (*p == 'C' || *p == 'h' || *p == 'M')
             continue;
         optstring[len++] = *p;
         optstring[len++] = ':';
@@ -256,9 +259,15 @@ int perf_args_parse(perf_args_t *args, const char *prog, const char *accept,
                 goto err_value;
             break;
         case 'a':
-            what = "-a (auto, ring, tree or rd)";
-            if (perf_parse_algo(optarg, &args->algo) != 0)
+            what = "-a (auto, ring, tree, rd or all)";
+            args->all_algos = strcmp(optarg, "all") == 0;
+            if (args->all_algos)
+                args->algo = FLX_ALGO_AUTO;
+            else if (perf_parse_algo(optarg, &args->algo) != 0)
                 goto err_value;
+            break;
+        case 'M':
+            args->model = 1;
             break;
         case 'C':
             what = "--csv (a file name)";
@@ -546,6 +555,10 @@ typedef struct {
     double bw_sum;         /* for "Avg bus bandwidth"                       */
     long bw_count;
     long wrong_rows;       /* measurements with wrong elements              */
+    flx_link_model_t link; /* --model: the communicator's alpha and beta    */
+    double chunk;          /* --model: FLX_CHUNK_SIZE in bytes              */
+    flx_algo_t algos[4];   /* algorithms run at each size (-a all: several) */
+    int nalgos;
 } perf_engine_t;
 
 typedef struct {
@@ -559,7 +572,7 @@ typedef struct {
 } perf_result_t;
 
 /* Options every collective tool takes. */
-#define PERF_COLL_ACCEPT "befinwcdoarzC"
+#define PERF_COLL_ACCEPT "befinwcdoarzCM"
 
 static int perf_cmp_double(const void *a, const void *b)
 {
@@ -587,6 +600,45 @@ static const char *perf_algo_label(const perf_engine_t *eng, const perf_case_t *
     if (eng->args.algo == FLX_ALGO_AUTO && (eng->coll->flags & PERF_COLL_ALLREDUCE))
         return flx_algo_name(flx_allreduce_algo(eng->comm, c->count, c->dtype));
     return flx_algo_name(eng->args.algo);
+}
+
+/* --model: the cost model's time of one call of c with algorithm algo
+ * (allreduce: ring/tree/rd; allgather: ring/rd(Bruck); broadcast: tree =
+ * binomial, ring = chain, as the library chooses between them); 0 when the
+ * collective has no such algorithm. */
+static double perf_model_time(const perf_engine_t *eng, const perf_case_t *c, flx_algo_t algo)
+{
+    const double a = eng->link.alpha_s, b = eng->link.beta_bytes_per_s;
+    double t = 0;
+
+    if (eng->coll->flags & PERF_COLL_ALLREDUCE)
+        t = model_allreduce_time(algo, eng->nranks, (double)c->recv_bytes, a, b, eng->chunk);
+    else if (strcmp(eng->coll->coll_name, "allgather") == 0)
+        t = model_allgather_time(algo, eng->nranks, (double)c->send_bytes, a, b);
+    else if (strcmp(eng->coll->coll_name, "broadcast") == 0 && algo != FLX_ALGO_RD)
+        t = model_bcast_time(algo == FLX_ALGO_RING, eng->nranks, (double)c->recv_bytes, a, b,
+                             eng->chunk);
+    return t < 1e29 ? t : 0; /* 1e30: no such algorithm for this collective */
+}
+
+/* The algorithm the row ran: for an allreduce under auto, the library's
+ * choice; otherwise -a (FLX_ALGO_AUTO where the choice is not visible). */
+static flx_algo_t perf_row_algo(const perf_engine_t *eng, const perf_case_t *c)
+{
+    if (eng->args.algo == FLX_ALGO_AUTO && (eng->coll->flags & PERF_COLL_ALLREDUCE))
+        return flx_allreduce_algo(eng->comm, c->count, c->dtype);
+    return eng->args.algo;
+}
+
+/* --model: predicted time (s) of the row's algorithm, 0 when unknown (auto
+ * for collectives whose choice is not visible). */
+static double perf_model_pred(const perf_engine_t *eng, const perf_case_t *c)
+{
+    flx_algo_t algo = perf_row_algo(eng, c);
+
+    if (algo == FLX_ALGO_AUTO)
+        return 0;
+    return perf_model_time(eng, c, algo);
 }
 
 /* Run n calls of c, recording per-iteration times into times (may be NULL).
@@ -691,20 +743,30 @@ static void perf_csv_header(perf_engine_t *eng)
 {
     fprintf(eng->csv, "tool,coll,nranks,net,size,count,type,redop,root,algo,placement,"
                       "blocking,iters,warmup,time_us,algbw_gbs,busbw_gbs,wrong,"
-                      "min_us,p50_us,p99_us\n");
+                      "min_us,p50_us,p99_us%s%s\n",
+            eng->args.model ? ",pred_us,pred_ring_us,pred_tree_us,pred_rd_us" : "",
+            eng->args.all_algos ? ",algo_arg" : "");
 }
 
 static void perf_csv_row(perf_engine_t *eng, const perf_case_t *c, const char *redop,
                          int root, const perf_result_t *res)
 {
     fprintf(eng->csv, "%s,%s,%d,%s,%zu,%zu,%s,%s,%d,%s,%s,%d,%d,%d,%.3f,%.6f,%.6f,%lld,"
-                      "%.3f,%.3f,%.3f\n",
+                      "%.3f,%.3f,%.3f",
             eng->coll->name, eng->coll->coll_name, eng->nranks,
             flx_comm_net_name(eng->comm), c->recv_bytes, c->count,
             flx_dtype_name(c->dtype), redop, root, perf_algo_label(eng, c),
             c->in_place ? "in-place" : "out-of-place", eng->blocking, eng->args.iters,
             eng->args.warmup, res->mean_s * 1e6, res->algbw, res->busbw,
             (long long)res->wrong, res->min_s * 1e6, res->p50_s * 1e6, res->p99_s * 1e6);
+    if (eng->args.model)
+        fprintf(eng->csv, ",%.3f,%.3f,%.3f,%.3f", perf_model_pred(eng, c) * 1e6,
+                perf_model_time(eng, c, FLX_ALGO_RING) * 1e6,
+                perf_model_time(eng, c, FLX_ALGO_TREE) * 1e6,
+                perf_model_time(eng, c, FLX_ALGO_RD) * 1e6);
+    if (eng->args.all_algos) /* what -a asked for; 'algo' says what ran */
+        fprintf(eng->csv, ",%s", flx_algo_name(eng->args.algo));
+    fputc('\n', eng->csv);
 }
 
 /* Append one placement's "  time  algbw  busbw  #wrong" to row. */
@@ -721,17 +783,56 @@ static void perf_format_result(char *row, size_t len, const perf_result_t *res)
     snprintf(row + used, len - used, "  %7s  %6.2f  %6.2f  %5s", t, res->algbw, res->busbw, w);
 }
 
-static void perf_print_columns(void)
+static void perf_print_columns(const perf_engine_t *eng)
 {
+    const int m = eng->args.model;
+
     printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       "
-           "in-place            out-of-place iterations\n",
-           "", "", "", "", "");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s  %7s  %7s  %7s\n",
+           "in-place            out-of-place iterations%s\n",
+           "", "", "", "", "", m ? "     model: predicted time of each algorithm" : "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s  %7s  %7s  %7s",
            "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
            "algbw", "busbw", "#wrong", "min", "p50", "p99");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s  %7s  %7s  %7s\n",
+    if (m)
+        printf("  %5s  %7s  %6s  %7s  %7s  %7s", "algo", "pred", "err", "ring", "tree", "rd");
+    else if (eng->args.all_algos)
+        printf("  %5s", "algo");
+    printf("\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s  %7s  %7s  %7s",
            "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
            "(GB/s)", "", "(us)", "(us)", "(us)");
+    if (m)
+        printf("  %5s  %7s  %6s  %7s  %7s  %7s", "", "(us)", "(%)", "(us)", "(us)", "(us)");
+    printf("\n");
+}
+
+/* --model: "  algo  pred  err  ring  tree  rd" appended to row; err is
+ * measured (out-of-place mean) against the prediction of the row's algorithm. */
+static void perf_format_model(const perf_engine_t *eng, const perf_case_t *c, char *row,
+                              size_t len, const perf_result_t *res)
+{
+    static const flx_algo_t algos[] = {FLX_ALGO_RING, FLX_ALGO_TREE, FLX_ALGO_RD};
+    double pred = perf_model_pred(eng, c);
+    size_t used = strlen(row);
+    char t[32], e[32];
+
+    if (pred > 0) {
+        perf_format_us(t, sizeof(t), pred * 1e6);
+        snprintf(e, sizeof(e), "%+6.0f", (res->mean_s / pred - 1.0) * 100.0);
+    } else {
+        snprintf(t, sizeof(t), "%7s", "-");
+        snprintf(e, sizeof(e), "%6s", "-");
+    }
+    used += (size_t)snprintf(row + used, len - used, "  %5s  %7s  %6s",
+                             flx_algo_name(perf_row_algo(eng, c)), t, e);
+    for (size_t k = 0; k < sizeof(algos) / sizeof(algos[0]) && used < len; k++) {
+        double pk = perf_model_time(eng, c, algos[k]);
+
+        if (pk > 0)
+            perf_format_us(t, sizeof(t), pk * 1e6);
+        else
+            snprintf(t, sizeof(t), "%7s", "-");
+        used += (size_t)snprintf(row + used, len - used, "  %7s", t);
+    }
 }
 
 /* The sweep over sizes for one (type, op). */
@@ -759,38 +860,49 @@ static flx_status_t perf_sweep(perf_engine_t *eng, flx_dtype_t dtype, flx_op_t o
         c.sendbuf = eng->sendbuf;
         c.recvbuf = eng->recvbuf;
         coll->counts(size, es, eng->nranks, &c.count, &c.send_bytes, &c.recv_bytes);
-        if (c.count != 0) {
-            for (int ip = 0; ip < 2; ip++) {
-                c.in_place = ip;
-                st = perf_run_case(eng, &c, &res[ip]);
-                if (st != FLX_OK) {
-                    fprintf(stderr, "%s: rank %d: %s of %zu bytes (%s, %s, %s): %s\n",
-                            coll->name, eng->rank, coll->coll_name, c.recv_bytes,
-                            flx_dtype_name(dtype), redop, ip ? "in-place" : "out-of-place",
-                            flx_status_string(st));
-                    return st;
+        /* -a all: every algorithm at this size before the next size, so a
+         * change of load on the machine hits them alike */
+        for (int a = 0; c.count != 0 && a < eng->nalgos; a++) {
+            eng->args.algo = eng->algos[a];
+            c.algo = eng->args.algo;
+                for (int ip = 0; ip < 2; ip++) {
+                    c.in_place = ip;
+                    st = perf_run_case(eng, &c, &res[ip]);
+                    if (st != FLX_OK) {
+                        fprintf(stderr, "%s: rank %d: %s of %zu bytes (%s, %s, %s): %s\n",
+                                coll->name, eng->rank, coll->coll_name, c.recv_bytes,
+                                flx_dtype_name(dtype), redop, ip ? "in-place" : "out-of-place",
+                                flx_status_string(st));
+                        return st;
+                    }
+                    eng->bw_sum += res[ip].busbw;
+                    eng->bw_count++;
+                    eng->wrong_rows += res[ip].wrong > 0;
                 }
-                eng->bw_sum += res[ip].busbw;
-                eng->bw_count++;
-                eng->wrong_rows += res[ip].wrong > 0;
-            }
-            if (eng->rank == 0) {
-                snprintf(row, sizeof(row), "%12zu  %12zu  %8s  %6s  %6d", c.recv_bytes, c.count,
-                         flx_dtype_name(dtype), redop, root);
-                perf_format_result(row, sizeof(row), &res[0]);
-                perf_format_result(row, sizeof(row), &res[1]);
-                perf_format_us(s1, sizeof(s1), res[0].min_s * 1e6);
-                perf_format_us(s2, sizeof(s2), res[0].p50_s * 1e6);
-                perf_format_us(s3, sizeof(s3), res[0].p99_s * 1e6);
-                printf("%s  %7s  %7s  %7s\n", row, s1, s2, s3);
-                if (eng->csv != NULL) {
-                    c.in_place = 0;
-                    perf_csv_row(eng, &c, redop, root, &res[0]);
-                    c.in_place = 1;
-                    perf_csv_row(eng, &c, redop, root, &res[1]);
-                    fflush(eng->csv);
+                if (eng->rank == 0) {
+                    snprintf(row, sizeof(row), "%12zu  %12zu  %8s  %6s  %6d", c.recv_bytes, c.count,
+                             flx_dtype_name(dtype), redop, root);
+                    perf_format_result(row, sizeof(row), &res[0]);
+                    perf_format_result(row, sizeof(row), &res[1]);
+                    perf_format_us(s1, sizeof(s1), res[0].min_s * 1e6);
+                    perf_format_us(s2, sizeof(s2), res[0].p50_s * 1e6);
+                    perf_format_us(s3, sizeof(s3), res[0].p99_s * 1e6);
+                    snprintf(row + strlen(row), sizeof(row) - strlen(row), "  %7s  %7s  %7s", s1,
+                             s2, s3);
+                    if (eng->args.model)
+                        perf_format_model(eng, &c, row, sizeof(row), &res[0]);
+                    else if (eng->args.all_algos)
+                        snprintf(row + strlen(row), sizeof(row) - strlen(row), "  %5s",
+                                 perf_algo_label(eng, &c));
+                    printf("%s\n", row);
+                    if (eng->csv != NULL) {
+                        c.in_place = 0;
+                        perf_csv_row(eng, &c, redop, root, &res[0]);
+                        c.in_place = 1;
+                        perf_csv_row(eng, &c, redop, root, &res[1]);
+                        fflush(eng->csv);
+                    }
                 }
-            }
         }
         next = perf_next_size(&eng->args, size);
         if (next <= size) /* 0: the sweep is over */
@@ -836,7 +948,9 @@ static flx_status_t perf_print_header(perf_engine_t *eng)
            "iters: %d validation: %d blocking: %d algo: %s\n",
            eng->nranks, flx_comm_net_name(eng->comm), a->min_bytes, a->max_bytes, step,
            a->warmup, a->iters, a->check, eng->blocking,
-           (coll->flags & PERF_COLL_USES_ALGO) ? flx_algo_name(a->algo) : "n/a");
+           !(coll->flags & PERF_COLL_USES_ALGO) ? "n/a"
+           : a->all_algos                     ? "all"
+                                              : flx_algo_name(a->algo));
     printf("#\n# flexcoll %s (%s)", flx_version_string(), flx_build_features());
     if (flx_comm_link_model(eng->comm, &model) == FLX_OK)
         printf(", link model: alpha %.2f us, beta %.3f GB/s", model.alpha_s * 1e6,
@@ -864,7 +978,7 @@ static flx_status_t perf_print_header(perf_engine_t *eng)
     if (a->csv_path != NULL)
         printf("#\n# Writing results to file: %s\n", a->csv_path);
     printf("#\n");
-    perf_print_columns();
+    perf_print_columns(eng);
 
 out_free:
     free(all);
@@ -883,6 +997,26 @@ static int perf_engine_setup(perf_engine_t *eng)
     eng->rank = flx_comm_rank(eng->comm);
     eng->nranks = flx_comm_size(eng->comm);
     eng->blocking = eng->args.blocking || !(coll->flags & PERF_COLL_NONBLOCKING);
+    /* -a all: ring, tree (allreduce only), rd, then auto at every size; a
+     * tool without -a (broadcast) runs its one way */
+    eng->nalgos = 0;
+    if (eng->args.all_algos && (coll->flags & PERF_COLL_USES_ALGO)) {
+        eng->algos[eng->nalgos++] = FLX_ALGO_RING;
+        if (coll->flags & PERF_COLL_ALLREDUCE)
+            eng->algos[eng->nalgos++] = FLX_ALGO_TREE;
+        eng->algos[eng->nalgos++] = FLX_ALGO_RD;
+    }
+    eng->algos[eng->nalgos++] = eng->args.algo; /* -a, or auto after the others */
+    if (eng->args.model) {
+        flx_config_t cfg;
+
+        /* the knobs the communicator read (so FLX_CHUNK_SIZE is valid) */
+        if (flx_config_load(&cfg) != FLX_OK ||
+            flx_comm_link_model(eng->comm, &eng->link) != FLX_OK)
+            fail = PERF_EXIT_FAIL;
+        else
+            eng->chunk = (double)cfg.chunk_size;
+    }
 
     if ((coll->flags & PERF_COLL_USES_ROOT) && eng->args.root >= eng->nranks) {
         if (eng->rank == 0)

@@ -47,9 +47,12 @@ typedef struct {
     int blocking;         /* -z 0|1, default 1                             */
     int root;             /* -r, default 0                                 */
     flx_algo_t algo;      /* -a auto|ring|tree|rd                          */
+    int all_algos;        /* -a all: ring, tree, rd, then auto             */
     unsigned dtypes;      /* -d: bit (1u << flx_dtype_t) per type to run   */
     unsigned ops;         /* -o: bit (1u << flx_op_t) per operator to run  */
     const char *csv_path; /* --csv FILE, NULL for none                     */
+    int model;            /* --model: the alpha-beta model's prediction    */
+                          /* beside each measurement (accept has 'M')      */
 } perf_args_t;
 
 /* The nccl-tests defaults above (float, sum, auto). */
@@ -58,7 +61,7 @@ void perf_args_default(perf_args_t *args);
 /*
  * Parse argv into args (which holds the defaults on entry).  Only the option
  * letters in `accept` are allowed (e.g. "befinwcdoarz"; 'h' and --csv are
- * always accepted, --csv only if 'C' is in accept).  Returns 0,
+ * always accepted, --csv only if 'C' is in accept, --model only if 'M' is).  Returns 0,
  * PERF_PARSE_HELP after printing the usage to stdout, or PERF_PARSE_ERROR
  * after printing a message to stderr.  When quiet is set nothing is printed
  * (non-zero ranks of a job).
