@@ -372,6 +372,19 @@ static flx_status_t length_error(tl_ctx_t *ctx, ib_conn_t *c, const ib_hdr_t *h,
     return FLX_ERR_MISMATCH;
 }
 
+/* The receiver's CTS for large send r: check it, then keep where to write. */
+static flx_status_t cts_attach(tl_ctx_t *ctx, ib_conn_t *c, tl_req_t *r, const ib_hdr_t *h)
+{
+    if (!hdr_sig_equal(h, &r->tag))
+        return mismatch(ctx, c, h, &r->tag);
+    if (h->len != r->len)
+        return length_error(ctx, c, h, r->len);
+    r->priv[RQ_REMOTE] = h->addr;
+    r->priv[RQ_RKEY_ID] = ((uint64_t)h->rkey << 32) | h->id;
+    r->priv[RQ_FLAGS] |= F_HAVE_CTS;
+    return FLX_OK;
+}
+
 static void req_init(tl_req_t *req, int peer, int is_send, const tl_tag_t *tag, void *buf,
                      size_t len)
 {
@@ -411,13 +424,9 @@ static flx_status_t ib_isend(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, const
             ib_cts_t *cts = *pp;
             if (cts->hdr.seq != tag->seq || cts->hdr.step != tag->step)
                 continue;
-            if (!hdr_sig_equal(&cts->hdr, tag))
-                return mismatch(ctx, c, &cts->hdr, tag);
-            if (cts->hdr.len != len)
-                return length_error(ctx, c, &cts->hdr, len);
-            req->priv[RQ_REMOTE] = cts->hdr.addr;
-            req->priv[RQ_RKEY_ID] = ((uint64_t)cts->hdr.rkey << 32) | cts->hdr.id;
-            req->priv[RQ_FLAGS] |= F_HAVE_CTS;
+            st = cts_attach(ctx, c, req, &cts->hdr);
+            if (st != FLX_OK)
+                return st;
             *pp = cts->next;
             if (c->cts_tail == cts)
                 c->cts_tail = prev;
@@ -576,32 +585,15 @@ static flx_status_t handle_data_hdr(tl_ctx_t *ctx, ib_conn_t *c, const ib_hdr_t 
 
 static flx_status_t handle_cts(tl_ctx_t *ctx, ib_conn_t *c, const ib_hdr_t *h)
 {
+    tl_req_t *lists[2] = {c->rdv_head, c->sendq_head};
     ib_cts_t *cts;
 
-    for (tl_req_t *r = c->rdv_head; r; r = r->next) {
-        if (r->tag.seq != h->seq || r->tag.step != h->step || (r->priv[RQ_FLAGS] & F_HAVE_CTS))
-            continue;
-        if (!hdr_sig_equal(h, &r->tag))
-            return mismatch(ctx, c, h, &r->tag);
-        if (h->len != r->len)
-            return length_error(ctx, c, h, r->len);
-        r->priv[RQ_REMOTE] = h->addr;
-        r->priv[RQ_RKEY_ID] = ((uint64_t)h->rkey << 32) | h->id;
-        r->priv[RQ_FLAGS] |= F_HAVE_CTS;
-        return FLX_OK;
-    }
-    for (tl_req_t *r = c->sendq_head; r; r = r->next) {
-        if (r->tag.seq != h->seq || r->tag.step != h->step || !(r->priv[RQ_FLAGS] & F_LARGE))
-            continue;
-        if (!hdr_sig_equal(h, &r->tag))
-            return mismatch(ctx, c, h, &r->tag);
-        if (h->len != r->len)
-            return length_error(ctx, c, h, r->len);
-        r->priv[RQ_REMOTE] = h->addr;
-        r->priv[RQ_RKEY_ID] = ((uint64_t)h->rkey << 32) | h->id;
-        r->priv[RQ_FLAGS] |= F_HAVE_CTS;
-        return FLX_OK;
-    }
+    /* a large send waiting for it: RTS already out, or still queued */
+    for (int l = 0; l < 2; l++)
+        for (tl_req_t *r = lists[l]; r; r = r->next)
+            if (r->tag.seq == h->seq && r->tag.step == h->step &&
+                (r->priv[RQ_FLAGS] & (F_LARGE | F_HAVE_CTS)) == F_LARGE)
+                return cts_attach(ctx, c, r, h);
     cts = calloc(1, sizeof(*cts));
     if (cts == NULL) {
         ib_fail(ctx, FLX_ERR_NO_MEMORY, "cts");
