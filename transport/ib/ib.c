@@ -478,7 +478,7 @@ static flx_status_t ib_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void 
         free(u);
         break;
     }
-    if (c->errored || c->bye || c->eof) {
+    if (c->bye || c->eof) {
         flx_error(NET, ctx->rank, "rank %d has left the job; collective #%u cannot complete",
                   peer, tag->seq);
         ib_fail(ctx, FLX_ERR_PEER_LOST, "peer gone");
@@ -741,9 +741,10 @@ static void boot_sock_event(tl_ctx_t *ctx, int peer)
         flx_status_t st = f.status == FLX_ERR_MISMATCH ? FLX_ERR_MISMATCH : FLX_ERR_PEER_LOST;
         flx_error(NET, ctx->rank, "rank %d failed at collective #%u (%s); that and later "
                   "collectives fail here too", peer, f.seq, flx_status_string(f.status));
+        /* the report travels beside the QP and may overtake data the peer
+         * sent for earlier collectives: fail only collective f.seq and later */
         c->errored = 1;
         fail_from_seq(ctx, st, f.seq);
-        conn_fail_all(ctx, c, st);
         return;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
