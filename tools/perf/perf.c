@@ -581,6 +581,12 @@ static int perf_cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+double perf_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), perf_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 /* Nearest-rank percentile of sorted v[0..n). */
 static double perf_percentile(const double *v, int n, double p)
 {

@@ -163,4 +163,7 @@ typedef struct {
  * run the sweep, print the report on rank 0.  Returns a PERF_EXIT_* code. */
 int perf_main(const perf_coll_t *coll, int argc, char **argv);
 
+/* Median of v[0..n) (n >= 1); sorts v in place. */
+double perf_median(double *v, int n);
+
 #endif

@@ -199,19 +199,6 @@ err_usage:
     return -1;
 }
 
-static int sparse_perf_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
-static double sparse_perf_median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), sparse_perf_cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static uint64_t sparse_perf_checksum(const float *x, size_t n)
 {
     uint64_t h = 1469598103934665603ULL;
@@ -314,9 +301,9 @@ static flx_status_t sparse_perf_run(sparse_perf_t *sp, int method, size_t n, dou
         }
     }
     if (st == FLX_OK) {
-        vals[0] = sparse_perf_median(sp->samples[0], a->iters);
-        vals[1] = sparse_perf_median(sp->samples[1], a->iters);
-        vals[2] = sparse_perf_median(sp->samples[2], a->iters);
+        vals[0] = perf_median(sp->samples[0], a->iters);
+        vals[1] = perf_median(sp->samples[1], a->iters);
+        vals[2] = perf_median(sp->samples[2], a->iters);
         st = sparse_perf_max(sp->comm, vals, 3, FLX_MAX);
     }
     if (st == FLX_OK) {

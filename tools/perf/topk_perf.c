@@ -31,6 +31,7 @@
 #include "compress/pool.h"
 #include "compress/rng.h"
 #include "compress/topk.h"
+#include "tools/perf/perf.h"
 #include "common/config.h"
 #include "common/time.h"
 #include "common/util.h"
@@ -185,19 +186,6 @@ static int topk_perf_cmp_pair(const void *a, const void *b)
     return (p->idx > q->idx) - (p->idx < q->idx);
 }
 
-static int topk_perf_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
-static double topk_perf_median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), topk_perf_cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static double topk_perf_energy(const float *v, size_t k)
 {
     double e = 0;
@@ -329,7 +317,7 @@ int main(int argc, char **argv)
                 tp.passes = 0;
                 for (int i = 0; i < iters; i++)
                     tp.samples[i] = topk_perf_call(&tp, m, (warm + i) & 1, n, k, i);
-                t = topk_perf_median(tp.samples, iters);
+                t = perf_median(tp.samples, iters);
                 if (m == M_MEMCPY)
                     t_memcpy = t;
                 if (m == M_QSORT)
