@@ -391,6 +391,21 @@ size_t flx_gsync_kept(flx_gsync_h h) { return h ? h->k : 0; }
 
 const float *flx_gsync_residual(flx_gsync_h h) { return h ? h->e : NULL; }
 
+flx_status_t flx_gsync_flush_residual(flx_gsync_h h, float *grad)
+{
+    if (h == NULL || grad == NULL) {
+        flx_error(COMPRESS, -1, "flx_gsync_flush_residual: NULL %s",
+                  h == NULL ? "handle" : "gradient");
+        return FLX_ERR_INVALID_ARG;
+    }
+    if (h->e == NULL)
+        return FLX_OK;
+    for (size_t i = 0; i < h->n; i++)
+        grad[i] += h->e[i];
+    memset(h->e, 0, h->n * sizeof(float));
+    return FLX_OK;
+}
+
 /* ---- the step ----------------------------------------------------------------- */
 
 /* acc = g + e (or g itself without error feedback), sums, finiteness. */

@@ -381,6 +381,10 @@ FLX_API size_t flx_gsync_kept(flx_gsync_h h);
 /* The residuals e[0, n) (NULL without error feedback); valid until the next
  * step or destroy.  For checkpoints and tests. */
 FLX_API const float *flx_gsync_residual(flx_gsync_h h);
+/* Add the residuals into grad[0, n) and zero them (local): for a caller that
+ * switches this step to an uncompressed sync, so nothing held back is lost.
+ * FLX_ERR_INVALID_ARG for a NULL handle or gradient. */
+FLX_API flx_status_t flx_gsync_flush_residual(flx_gsync_h h, float *grad);
 
 /* Wait for a background index exchange still running (collective, like a
  * step), free everything.  NULL is a no-op. */
@@ -398,6 +402,92 @@ FLX_API const char *flx_gsync_coll_name(flx_gsync_coll_t collective);
 FLX_API flx_status_t flx_allgatherv(flx_comm_h comm, const void *sendbuf, size_t sendcount,
                                     void *recvbuf, size_t recvcapacity, size_t *counts_p,
                                     size_t *displs_p, flx_dtype_t dtype, flx_algo_t algo);
+
+/* ---------------------------------------------------------------------- */
+/* The controller: every step it picks the collective and the kept        */
+/* fraction of a gradient sync, trading predicted step time against the   */
+/* gradient information kept (README "Policies and the controller").       */
+/* ---------------------------------------------------------------------- */
+typedef struct flx_ctl *flx_ctl_h;
+
+/* FLEX: score every candidate {dense ring, dense tree} + {AR-Topk, sparse
+ *       allgather} x {kept fractions} by predicted time (alpha-beta model,
+ *       bandwidth refreshed from live timings, measured selection cost)
+ *       and gain, take the best weight ln(T_min/T) + (1-weight) ln(gain);
+ *       in the critical regime only kept fractions >= critical_kept.
+ * ACCORDION: AR-Topk at critical_kept in the critical regime, low_kept
+ *       otherwise.
+ * GRAVAC: AR-Topk at the fraction with the largest gain / time among those
+ *       whose gain is >= min_gain (dense when none). */
+typedef enum { FLX_CTL_FLEX = 0, FLX_CTL_ACCORDION, FLX_CTL_GRAVAC } flx_ctl_mode_t;
+
+#define FLX_CTL_MAX_FRACTIONS 8
+#define FLX_CTL_MAX_SEGMENTS 32
+
+enum {
+    FLX_CTL_OPT_MODE = 1u << 0,
+    FLX_CTL_OPT_WEIGHT = 1u << 1,
+    FLX_CTL_OPT_FRACTIONS = 1u << 2,
+    FLX_CTL_OPT_ETA = 1u << 3,
+    FLX_CTL_OPT_INTERVAL = 1u << 4,
+    FLX_CTL_OPT_CRITICAL_KEPT = 1u << 5,
+    FLX_CTL_OPT_LOW_KEPT = 1u << 6,
+    FLX_CTL_OPT_MIN_GAIN = 1u << 7,
+    FLX_CTL_OPT_SEGMENTS = 1u << 8,
+    FLX_CTL_OPT_LOG_PATH = 1u << 9,
+};
+
+typedef struct {
+    uint64_t field_mask;      /* FLX_CTL_OPT_* bits of the fields set       */
+    flx_ctl_mode_t mode;      /* default FLX_CTL_FLEX                       */
+    double weight;            /* FLEX: weight of time, [0, 1], default 0.6  */
+    int nfractions;           /* kept fractions tried besides dense: default */
+    double fractions[FLX_CTL_MAX_FRACTIONS]; /* 0.1 0.033 0.011 0.004 0.001 */
+    double eta;               /* critical if the change is >= eta, default 0.5 */
+    int interval;             /* steps per critical-regime test, default 50 */
+    double critical_kept;     /* kept fraction floor when critical, default 0.1 */
+    double low_kept;          /* ACCORDION outside the critical regime, default 0.01 */
+    double min_gain;          /* smallest gain allowed: FLEX 0, GRAVAC 0.7  */
+    int nsegments;            /* layers: lengths summing to n, default one  */
+    size_t segments[FLX_CTL_MAX_SEGMENTS];
+    const char *log_path;     /* rank 0 writes one CSV row per decision     */
+} flx_ctl_opts_t;
+
+/* One step's decision, its inputs and what the sync did. */
+typedef struct {
+    uint64_t step;
+    int critical;             /* 1: critical regime (little compression)    */
+    flx_gsync_coll_t collective; /* ALLREDUCE (dense), ARTOPK or ALLGATHER  */
+    flx_algo_t algo;          /* dense: FLX_ALGO_RING or FLX_ALGO_TREE       */
+    double kept_fraction;     /* 1 for dense                                */
+    double predicted_s;       /* predicted step time of the choice          */
+    double predicted_dense_s; /* ... and of the fastest dense candidate     */
+    double gain_estimate;     /* predicted gain of the choice               */
+    double bandwidth;         /* live estimate of B, bytes/s                */
+    double compute_s;         /* compute time the ranks reported (mean)     */
+    double decide_s;          /* this rank's time to decide, agreement included */
+    flx_gsync_report_t sync;  /* the sync: bytes, selection, comm, gain     */
+} flx_ctl_report_t;
+
+FLX_API void flx_ctl_opts_default(flx_ctl_opts_t *opts);
+/* Collective (same n and options on every rank).  FLX_ERR_INVALID_ARG with
+ * one log line for n = 0, weight outside [0, 1], a fraction outside (0, 1),
+ * more than FLX_CTL_MAX_FRACTIONS, eta <= 0, interval < 1, segments that
+ * do not sum to n.  Borrows comm. */
+FLX_API flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opts_t *opts,
+                                    flx_ctl_h *h_p);
+/* Collective: decide, then sync grad_in_out[0, n) (this rank's gradient in,
+ * the mean over the ranks out, identical on every rank).  compute_s is the
+ * time this rank spent computing the gradient (a model input).  Residuals
+ * of compressed steps are kept (error feedback) and sent on a later step;
+ * a dense step sends them along.  report_p may be NULL. */
+FLX_API flx_status_t flx_ctl_step(flx_ctl_h h, float *grad_in_out, double compute_s,
+                                  flx_ctl_report_t *report_p);
+/* The learning rate just decayed: the next interval counts as critical.
+ * Call on every rank at the same step. */
+FLX_API void flx_ctl_lr_changed(flx_ctl_h h);
+FLX_API flx_status_t flx_ctl_destroy(flx_ctl_h h);
+FLX_API const char *flx_ctl_mode_name(flx_ctl_mode_t mode);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,516 @@
+/* ctl.c -- the controller (flx_ctl_*): every step it agrees the inputs
+ * with the other ranks, scores the candidates (policy.c) and runs the
+ * chosen sync, dense or through a Top-k gradient sync with error feedback.
+ *
+ * One step:
+ *   1. local statistics on a fixed sample of about 64 Ki positions: the
+ *      histogram of |g + e| (the gain of every kept fraction at once) and
+ *      the per-layer accumulated gradient (Accordion's norms);
+ *   2. one small allreduce of those, of the compute time and of the last
+ *      sync's measured times: every rank then holds the same inputs, so
+ *      every rank makes the same decision with no broadcast;
+ *   3. the live model: 1/B from the last sync's time (alpha from
+ *      calibration), selection cost as an EWMA of what was measured;
+ *   4. the critical-regime test at the end of each interval;
+ *   5. the choice (ctl_choose or the mode's rule), then the sync.
+ */
+#include "controller/ctl.h"
+#include "collectives/coll.h"
+#include "compress/cmp.h"
+#include "common/log.h"
+#include "common/time.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CTL_SAMPLE 65536      /* positions sampled for the statistics     */
+#define CTL_LAMBDA 0.3        /* weight of the newest timing in the EWMAs */
+#define CTL_MAX_CANDS (2 + 2 * FLX_CTL_MAX_FRACTIONS)
+
+struct flx_ctl {
+    flx_comm_h comm;
+    int N, rank;
+    size_t n;
+    flx_ctl_opts_t o;
+    flx_gsync_h topk;           /* TOPK with AUTO: either sparse collective */
+    double cur_kept;            /* the kept fraction topk is set to         */
+    int residual_dirty;         /* a compressed step left residuals         */
+
+    double alpha;               /* calibrated latency, seconds              */
+    double inv_bw0, inv_bw;     /* calibrated and live 1/B, s per byte      */
+    double select_s[CTL_COLL_COUNT]; /* EWMA of selection + decode, <0 unknown */
+    double compute_s;           /* EWMA of the agreed compute time          */
+
+    int have_last;              /* the last step's choice, for the model    */
+    ctl_cand_t last;
+
+    size_t nsample;             /* sampled positions                        */
+    size_t *sample_pos;
+    int *sample_seg;
+    float *accum;               /* per sample: gradient summed over the interval */
+    double prev_norm[FLX_CTL_MAX_SEGMENTS];
+    int have_prev;
+    int critical;
+    double change;              /* last interval's relative norm change     */
+    uint64_t critical_until;    /* a LR decay keeps critical up to here     */
+    uint64_t step;
+
+    ctl_hist_t hist;
+    double *agree;              /* the agreed vector                        */
+    size_t nagree;
+    FILE *log;
+};
+
+static const double ctl_default_fractions[] = {0.1, 0.033, 0.011, 0.004, 0.001};
+
+void flx_ctl_opts_default(flx_ctl_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->mode = FLX_CTL_FLEX;
+    o->weight = 0.6;
+    o->nfractions = (int)FLX_ARRAY_SIZE(ctl_default_fractions);
+    memcpy(o->fractions, ctl_default_fractions, sizeof(ctl_default_fractions));
+    o->eta = 0.5;
+    o->interval = 50;
+    o->critical_kept = 0.1;
+    o->low_kept = 0.01;
+    o->min_gain = 0.0;
+}
+
+const char *flx_ctl_mode_name(flx_ctl_mode_t mode)
+{
+    switch (mode) {
+    case FLX_CTL_FLEX: return "flex";
+    case FLX_CTL_ACCORDION: return "accordion";
+    case FLX_CTL_GRAVAC: return "gravac";
+    default: return "?";
+    }
+}
+
+/* the caller's options over the defaults, checked */
+static flx_status_t ctl_opts(const flx_ctl_opts_t *in, size_t n, int rank, flx_ctl_opts_t *o)
+{
+    size_t sum = 0;
+
+    flx_ctl_opts_default(o);
+    if (in == NULL) {
+        o->nsegments = 1;
+        o->segments[0] = n;
+        return FLX_OK;
+    }
+    if (in->field_mask & FLX_CTL_OPT_MODE)
+        o->mode = in->mode;
+    if (!(in->field_mask & FLX_CTL_OPT_MIN_GAIN) && o->mode == FLX_CTL_GRAVAC)
+        o->min_gain = 0.7;
+    if (in->field_mask & FLX_CTL_OPT_WEIGHT)
+        o->weight = in->weight;
+    if (in->field_mask & FLX_CTL_OPT_FRACTIONS) {
+        o->nfractions = in->nfractions;
+        memcpy(o->fractions, in->fractions, sizeof(o->fractions));
+    }
+    if (in->field_mask & FLX_CTL_OPT_ETA)
+        o->eta = in->eta;
+    if (in->field_mask & FLX_CTL_OPT_INTERVAL)
+        o->interval = in->interval;
+    if (in->field_mask & FLX_CTL_OPT_CRITICAL_KEPT)
+        o->critical_kept = in->critical_kept;
+    if (in->field_mask & FLX_CTL_OPT_LOW_KEPT)
+        o->low_kept = in->low_kept;
+    if (in->field_mask & FLX_CTL_OPT_MIN_GAIN)
+        o->min_gain = in->min_gain;
+    if (in->field_mask & FLX_CTL_OPT_LOG_PATH)
+        o->log_path = in->log_path;
+    if (in->field_mask & FLX_CTL_OPT_SEGMENTS) {
+        o->nsegments = in->nsegments;
+        memcpy(o->segments, in->segments, sizeof(o->segments));
+    } else {
+        o->nsegments = 1;
+        o->segments[0] = n;
+    }
+#define CTL_BAD(...)                                                                      \
+    do {                                                                                  \
+        flx_error(CTRL, rank, "flx_ctl_create: " __VA_ARGS__);                            \
+        return FLX_ERR_INVALID_ARG;                                                       \
+    } while (0)
+    if (o->mode != FLX_CTL_FLEX && o->mode != FLX_CTL_ACCORDION && o->mode != FLX_CTL_GRAVAC)
+        CTL_BAD("unknown mode %d", (int)o->mode);
+    if (!(o->weight >= 0 && o->weight <= 1))
+        CTL_BAD("weight %g is not in [0, 1]", o->weight);
+    if (o->nfractions < 1 || o->nfractions > FLX_CTL_MAX_FRACTIONS)
+        CTL_BAD("%d kept fractions (need 1 to %d)", o->nfractions, FLX_CTL_MAX_FRACTIONS);
+    for (int i = 0; i < o->nfractions; i++)
+        if (!(o->fractions[i] > 0 && o->fractions[i] < 1))
+            CTL_BAD("kept fraction %g is not in (0, 1)", o->fractions[i]);
+    if (!(o->eta > 0))
+        CTL_BAD("eta %g is not > 0", o->eta);
+    if (o->interval < 1)
+        CTL_BAD("interval %d is not >= 1", o->interval);
+    if (!(o->critical_kept > 0 && o->critical_kept <= 1) || !(o->low_kept > 0 && o->low_kept <= 1))
+        CTL_BAD("critical_kept %g or low_kept %g is not in (0, 1]", o->critical_kept, o->low_kept);
+    if (!(o->min_gain >= 0 && o->min_gain <= 1))
+        CTL_BAD("min_gain %g is not in [0, 1]", o->min_gain);
+    if (o->nsegments < 1 || o->nsegments > FLX_CTL_MAX_SEGMENTS)
+        CTL_BAD("%d segments (need 1 to %d)", o->nsegments, FLX_CTL_MAX_SEGMENTS);
+    for (int s = 0; s < o->nsegments; s++) {
+        if (o->segments[s] == 0)
+            CTL_BAD("segment %d is empty", s);
+        sum += o->segments[s];
+    }
+    if (sum != n)
+        CTL_BAD("segments sum to %zu, not n = %zu", sum, n);
+#undef CTL_BAD
+    return FLX_OK;
+}
+
+/* a fixed sample: every stride-th position of each segment, at least one */
+static flx_status_t ctl_sample_init(flx_ctl_h h)
+{
+    size_t stride = FLX_MAX((size_t)1, h->n / CTL_SAMPLE), off = 0, k = 0;
+
+    h->nsample = 0;
+    for (int s = 0; s < h->o.nsegments; s++)
+        h->nsample += (h->o.segments[s] + stride - 1) / stride;
+    h->sample_pos = malloc(h->nsample * sizeof(size_t));
+    h->sample_seg = malloc(h->nsample * sizeof(int));
+    h->accum = calloc(h->nsample, sizeof(float));
+    if (h->sample_pos == NULL || h->sample_seg == NULL || h->accum == NULL)
+        return FLX_ERR_NO_MEMORY;
+    for (int s = 0; s < h->o.nsegments; s++) {
+        for (size_t i = 0; i < h->o.segments[s]; i += stride, k++) {
+            h->sample_pos[k] = off + i;
+            h->sample_seg[k] = s;
+        }
+        off += h->o.segments[s];
+    }
+    return FLX_OK;
+}
+
+flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opts_t *opts, flx_ctl_h *h_p)
+{
+    flx_gsync_opts_t go;
+    flx_link_model_t lm;
+    flx_ctl_h h;
+    flx_status_t st;
+    int rank = comm ? flx_comm_rank(comm) : -1;
+
+    if (comm == NULL || h_p == NULL || n == 0) {
+        flx_error(CTRL, rank, "flx_ctl_create: %s", n == 0 ? "n = 0" : "NULL argument");
+        return FLX_ERR_INVALID_ARG;
+    }
+    *h_p = NULL;
+    h = calloc(1, sizeof(*h));
+    if (h == NULL)
+        return FLX_ERR_NO_MEMORY;
+    st = ctl_opts(opts, n, rank, &h->o);
+    if (st != FLX_OK)
+        goto fail;
+    h->comm = comm;
+    h->N = flx_comm_size(comm);
+    h->rank = rank;
+    h->n = n;
+    st = flx_comm_link_model(comm, &lm);
+    if (st != FLX_OK)
+        goto fail;
+    h->alpha = lm.alpha_s;
+    h->inv_bw0 = h->inv_bw = 1.0 / lm.beta_bytes_per_s;
+    for (int c = 0; c < CTL_COLL_COUNT; c++)
+        h->select_s[c] = c == CTL_DENSE_RING || c == CTL_DENSE_TREE ? 0.0 : -1.0;
+    h->compute_s = -1;
+    h->critical = 1; /* the first interval is critical (Accordion) */
+    st = ctl_sample_init(h);
+    if (st != FLX_OK)
+        goto fail;
+    h->nagree = (size_t)h->o.nfractions + 3 + (size_t)h->o.nsegments;
+    h->agree = malloc(h->nagree * sizeof(double));
+    if (h->agree == NULL) {
+        st = FLX_ERR_NO_MEMORY;
+        goto fail;
+    }
+    h->cur_kept = h->o.mode == FLX_CTL_ACCORDION ? h->o.critical_kept : h->o.fractions[0];
+    flx_gsync_opts_default(&go);
+    go.field_mask = FLX_GSYNC_OPT_METHOD | FLX_GSYNC_OPT_KEPT_FRACTION | FLX_GSYNC_OPT_COLLECTIVE;
+    go.method = FLX_COMPRESS_TOPK;
+    go.kept_fraction = h->cur_kept;
+    go.collective = FLX_GSYNC_COLL_AUTO;
+    st = flx_gsync_create(comm, n, &go, &h->topk);
+    if (st != FLX_OK)
+        goto fail;
+    if (rank == 0 && h->o.log_path) {
+        h->log = fopen(h->o.log_path, "w");
+        if (h->log == NULL) {
+            flx_error(CTRL, rank, "flx_ctl_create: cannot write %s: %s", h->o.log_path,
+                      strerror(errno));
+            st = FLX_ERR_INVALID_ARG;
+            goto fail;
+        }
+        fprintf(h->log, "step,mode,critical,change,alpha_s,bandwidth,compute_s,choice,kept,"
+                        "predicted_s,predicted_dense_s,gain,decide_s,candidates\n");
+    }
+    *h_p = h;
+    return FLX_OK;
+fail:
+    flx_ctl_destroy(h);
+    return st;
+}
+
+flx_status_t flx_ctl_destroy(flx_ctl_h h)
+{
+    flx_status_t st = FLX_OK;
+
+    if (h == NULL)
+        return FLX_OK;
+    if (h->topk)
+        st = flx_gsync_destroy(h->topk);
+    if (h->log)
+        fclose(h->log);
+    free(h->sample_pos);
+    free(h->sample_seg);
+    free(h->accum);
+    free(h->agree);
+    free(h);
+    return st;
+}
+
+void flx_ctl_lr_changed(flx_ctl_h h)
+{
+    if (h) {
+        h->critical = 1;
+        h->critical_until = h->step + (uint64_t)h->o.interval;
+    }
+}
+
+/* step 1: this rank's gains per fraction and accumulated layer norms */
+static void ctl_local_stats(flx_ctl_h h, const float *grad, int interval_end)
+{
+    const float *e = h->residual_dirty ? flx_gsync_residual(h->topk) : NULL;
+    int nf = h->o.nfractions;
+
+    ctl_hist_reset(&h->hist);
+    for (size_t k = 0; k < h->nsample; k++) {
+        size_t i = h->sample_pos[k];
+
+        ctl_hist_add(&h->hist, e ? grad[i] + e[i] : grad[i]);
+        h->accum[k] += grad[i];
+    }
+    for (int f = 0; f < nf; f++)
+        h->agree[f] = ctl_hist_gain(&h->hist, h->o.fractions[f]);
+    for (int s = 0; s < h->o.nsegments; s++)
+        h->agree[nf + 3 + s] = 0;
+    if (interval_end) {
+        for (size_t k = 0; k < h->nsample; k++)
+            h->agree[nf + 3 + h->sample_seg[k]] += (double)h->accum[k] * h->accum[k];
+        for (int s = 0; s < h->o.nsegments; s++)
+            h->agree[nf + 3 + s] = sqrt(h->agree[nf + 3 + s]);
+        memset(h->accum, 0, h->nsample * sizeof(float));
+    }
+}
+
+static double ctl_ewma(double old, double x) { return old < 0 ? x : (1 - CTL_LAMBDA) * old + CTL_LAMBDA * x; }
+
+/* step 3: the model learns from the last step's agreed timings */
+static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double select_s)
+{
+    double a, b;
+
+    h->compute_s = ctl_ewma(h->compute_s, compute_s);
+    if (!h->have_last)
+        return;
+    ctl_coll_terms(h->last.coll, h->N, (double)h->n, h->last.kept, &a, &b);
+    h->inv_bw = ctl_update_inv_bw(h->inv_bw, comm_s, a, b, h->alpha, CTL_LAMBDA,
+                                  h->inv_bw0 / 16.0, h->inv_bw0 * 1e4);
+    if (h->last.coll == CTL_ARTOPK || h->last.coll == CTL_TOPK_AG) {
+        h->select_s[h->last.coll] = ctl_ewma(h->select_s[h->last.coll], select_s);
+        /* the same selection serves the other sparse collective until it is measured */
+        ctl_coll_t other = h->last.coll == CTL_ARTOPK ? CTL_TOPK_AG : CTL_ARTOPK;
+        if (h->select_s[other] < 0)
+            h->select_s[other] = h->select_s[h->last.coll];
+    }
+}
+
+static void ctl_candidate(flx_ctl_h h, ctl_cand_t *c, ctl_coll_t coll, double kept, double gain)
+{
+    double a, b, sel = h->select_s[coll];
+
+    ctl_coll_terms(coll, h->N, (double)h->n, kept, &a, &b);
+    c->coll = coll;
+    c->kept = kept;
+    c->gain = gain;
+    c->time_s = FLX_MAX(0.0, h->compute_s) + (sel > 0 ? sel : 0) + a * h->alpha + b * h->inv_bw;
+    c->score = 0;
+}
+
+/* steps 4 and 5: the candidates and the choice; returns the winner */
+static int ctl_decide(flx_ctl_h h, ctl_cand_t *cand, int *ncand_p, double *pred_dense_p)
+{
+    int nf = h->o.nfractions, n = 0, best;
+    const double *gains = h->agree;
+    double min_kept = h->critical ? h->o.critical_kept : 0.0;
+
+    ctl_candidate(h, &cand[n++], CTL_DENSE_RING, 1.0, 1.0);
+    ctl_candidate(h, &cand[n++], CTL_DENSE_TREE, 1.0, 1.0);
+    *pred_dense_p = FLX_MIN(cand[0].time_s, cand[1].time_s);
+    switch (h->o.mode) {
+    case FLX_CTL_ACCORDION: {
+        double kept = h->critical ? h->o.critical_kept : h->o.low_kept;
+        double gain = 1.0;
+
+        for (int f = 0; f < nf; f++) /* the nearest fraction's estimate */
+            if (f == 0 || fabs(log(h->o.fractions[f] / kept)) <
+                              fabs(log(h->o.fractions[f - 1] / kept)))
+                gain = gains[f];
+        ctl_candidate(h, &cand[n], CTL_ARTOPK, kept, gain);
+        cand[n].score = 0;
+        *ncand_p = n + 1;
+        return n;
+    }
+    case FLX_CTL_GRAVAC:
+        for (int f = 0; f < nf; f++)
+            ctl_candidate(h, &cand[n++], CTL_ARTOPK, h->o.fractions[f], gains[f]);
+        best = ctl_choose_gravac(cand, n, 0.0, h->o.min_gain);
+        break;
+    default:
+        for (int f = 0; f < nf; f++) {
+            ctl_candidate(h, &cand[n++], CTL_ARTOPK, h->o.fractions[f], gains[f]);
+            ctl_candidate(h, &cand[n++], CTL_TOPK_AG, h->o.fractions[f], gains[f]);
+        }
+        best = ctl_choose(cand, n, h->o.weight, min_kept, h->o.min_gain);
+        break;
+    }
+    *ncand_p = n;
+    return best;
+}
+
+static void ctl_log(flx_ctl_h h, const ctl_cand_t *cand, int ncand, int best, double pred_dense,
+                    double decide_s)
+{
+    fprintf(h->log, "%llu,%s,%d,%.4f,%.3g,%.4g,%.6f,%s,%g,%.6f,%.6f,%.4f,%.6f,",
+            (unsigned long long)h->step, flx_ctl_mode_name(h->o.mode), h->critical, h->change,
+            h->alpha, 1.0 / h->inv_bw, h->compute_s, ctl_coll_name(cand[best].coll),
+            cand[best].kept, cand[best].time_s, pred_dense, cand[best].gain, decide_s);
+    for (int i = 0; i < ncand; i++)
+        fprintf(h->log, "%s%s@%g:%.5f:%.3f:%.3f", i ? ";" : "", ctl_coll_name(cand[i].coll),
+                cand[i].kept, cand[i].time_s, cand[i].gain, cand[i].score);
+    fputc('\n', h->log);
+    if (h->step % 64 == 0)
+        fflush(h->log);
+}
+
+/* the chosen sync */
+static flx_status_t ctl_run(flx_ctl_h h, const ctl_cand_t *c, float *grad, flx_ctl_report_t *r)
+{
+    flx_status_t st;
+
+    memset(&r->sync, 0, sizeof(r->sync));
+    r->sync.step = h->step;
+    if (c->coll == CTL_DENSE_RING || c->coll == CTL_DENSE_TREE) {
+        flx_algo_t algo = c->coll == CTL_DENSE_RING ? FLX_ALGO_RING : FLX_ALGO_TREE;
+        double t0 = flx_time_now();
+
+        if (h->residual_dirty) { /* what earlier steps held back goes now */
+            st = flx_gsync_flush_residual(h->topk, grad);
+            if (st != FLX_OK)
+                return st;
+            h->residual_dirty = 0;
+        }
+        st = flx_allreduce(h->comm, grad, grad, h->n, FLX_FLOAT32, FLX_AVG, algo);
+        r->algo = algo;
+        r->collective = FLX_GSYNC_COLL_ALLREDUCE;
+        r->sync.method = FLX_COMPRESS_NONE;
+        r->sync.collective = FLX_GSYNC_COLL_ALLREDUCE;
+        r->sync.k = h->n;
+        r->sync.leader = -1;
+        r->sync.bytes_sent = (uint64_t)cmp_bytes_allreduce(algo, h->N, h->rank, 4.0 * (double)h->n);
+        r->sync.comm_s = flx_time_now() - t0;
+        r->sync.gain = 1.0;
+        return st;
+    }
+    st = flx_gsync_set_collective(h->topk, c->coll == CTL_ARTOPK ? FLX_GSYNC_COLL_ARTOPK
+                                                                 : FLX_GSYNC_COLL_ALLGATHER);
+    if (st == FLX_OK && c->kept != h->cur_kept) {
+        st = flx_gsync_set_kept_fraction(h->topk, c->kept);
+        if (st == FLX_OK)
+            h->cur_kept = c->kept;
+    }
+    if (st != FLX_OK)
+        return st;
+    r->algo = FLX_ALGO_AUTO;
+    st = flx_gsync_step(h->topk, grad, &r->sync);
+    r->collective = r->sync.collective;
+    if (st == FLX_OK)
+        h->residual_dirty = 1;
+    return st;
+}
+
+flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_report_t *report_p)
+{
+    ctl_cand_t cand[CTL_MAX_CANDS];
+    flx_ctl_report_t r;
+    int nf, ncand = 0, best, interval_end;
+    double t0 = flx_time_now(), pred_dense = 0;
+    flx_status_t st;
+
+    if (h == NULL || grad == NULL || !(compute_s >= 0)) {
+        flx_error(CTRL, h ? h->rank : -1, "flx_ctl_step: %s",
+                  h == NULL ? "NULL handle" : grad == NULL ? "NULL gradient"
+                                                           : "compute time is not >= 0");
+        return FLX_ERR_INVALID_ARG;
+    }
+    memset(&r, 0, sizeof(r));
+    nf = h->o.nfractions;
+    interval_end = (h->step + 1) % (uint64_t)h->o.interval == 0;
+    ctl_local_stats(h, grad, interval_end);
+    h->agree[nf] = compute_s;
+    h->agree[nf + 1] = h->have_last ? h->last.time_s : 0; /* last sync's comm time */
+    h->agree[nf + 2] = h->have_last ? h->last.score : 0;  /* ... and its selection */
+    if (h->N > 1) {
+        st = flx_allreduce(h->comm, h->agree, h->agree, h->nagree, FLX_FLOAT64, FLX_AVG,
+                           FLX_ALGO_AUTO);
+        if (st != FLX_OK)
+            return st;
+    }
+    ctl_learn(h, h->agree[nf], h->agree[nf + 1], h->agree[nf + 2]);
+    if (interval_end) {
+        double cur[FLX_CTL_MAX_SEGMENTS];
+        int crit = 1;
+
+        for (int s = 0; s < h->o.nsegments; s++)
+            cur[s] = h->agree[nf + 3 + s];
+        if (h->have_prev)
+            crit = ctl_critical(h->prev_norm, cur, h->o.segments, h->o.nsegments, h->o.eta,
+                                &h->change);
+        memcpy(h->prev_norm, cur, sizeof(cur));
+        h->have_prev = 1;
+        h->critical = crit || h->step < h->critical_until;
+    }
+    best = ctl_decide(h, cand, &ncand, &pred_dense);
+    if (h->N == 1) /* nothing to send: the choice is moot, keep everything */
+        best = 0;
+    r.step = h->step;
+    r.critical = h->critical;
+    r.kept_fraction = cand[best].kept;
+    r.predicted_s = cand[best].time_s;
+    r.predicted_dense_s = pred_dense;
+    r.gain_estimate = cand[best].gain;
+    r.bandwidth = 1.0 / h->inv_bw;
+    r.compute_s = h->agree[nf];
+    r.decide_s = flx_time_now() - t0;
+    if (h->log)
+        ctl_log(h, cand, ncand, best, pred_dense, r.decide_s);
+    st = ctl_run(h, &cand[best], grad, &r);
+    if (st != FLX_OK)
+        return st;
+    /* remembered for the next step's model update: time_s and score carry
+     * the measured comm and selection times into the agreement */
+    h->last = cand[best];
+    h->last.time_s = r.sync.comm_s;
+    h->last.score = r.sync.select_s + r.sync.decompress_s;
+    h->have_last = 1;
+    h->step++;
+    if (report_p)
+        *report_p = r;
+    return FLX_OK;
+}

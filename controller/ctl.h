@@ -1,0 +1,85 @@
+/* ctl.h -- the controller's pure parts: candidate costs, the gain of every
+ * kept fraction from one sample of |g + e|, the critical-regime test, the
+ * live bandwidth estimate and the choice.  No communication, no clocks:
+ * every function's answer depends on its arguments only, which is what
+ * makes the same decision on every rank (the inputs are agreed first). */
+#ifndef FLX_CONTROLLER_CTL_H
+#define FLX_CONTROLLER_CTL_H
+
+#include "flexcoll.h"
+
+#include <stddef.h>
+
+/* The collectives a candidate can use. */
+typedef enum {
+    CTL_DENSE_RING = 0,
+    CTL_DENSE_TREE,
+    CTL_ARTOPK,  /* AR-Topk: one index set, values by allreduce     */
+    CTL_TOPK_AG, /* every rank's (value, index) pairs allgathered   */
+    CTL_COLL_COUNT
+} ctl_coll_t;
+
+const char *ctl_coll_name(ctl_coll_t coll);
+
+/* One candidate (collective x kept fraction) with its predictions. */
+typedef struct {
+    ctl_coll_t coll;
+    double kept;     /* kept fraction; 1 for dense                  */
+    double time_s;   /* predicted step time: compute + select + comm */
+    double gain;     /* predicted ||C(g + e)|| / ||g + e||, 1 dense */
+    double score;    /* filled by ctl_choose (-inf: not allowed)    */
+} ctl_cand_t;
+
+/* Latency count a and byte term b of a collective, so that its time is
+ * a alpha + b / B: N ranks, m floats, kept fraction c (1 for dense).
+ * DESIGN.md's formulas (compress/model.c for the sparse ones). */
+void ctl_coll_terms(ctl_coll_t coll, int N, double m, double c, double *a_p, double *b_p);
+
+/* Histogram of |x| in 1/8-octave bins, for the gain of every kept
+ * fraction at once from one pass over a sample. */
+#define CTL_HIST_BINS 512
+typedef struct {
+    double energy[CTL_HIST_BINS]; /* sum of x^2 per bin   */
+    double count[CTL_HIST_BINS];
+    double total_energy;
+    double total_count;
+} ctl_hist_t;
+
+void ctl_hist_reset(ctl_hist_t *h);
+void ctl_hist_add(ctl_hist_t *h, float x);
+/* sqrt(energy of the largest fraction c of the values / all energy), the
+ * values of the bin where the count ends shared pro rata; 1 when all the
+ * values are 0. */
+double ctl_hist_gain(const ctl_hist_t *h, double c);
+
+/* Accordion's test on per-layer norms of the gradient accumulated over an
+ * interval: the parameter-weighted mean over layers of |prev - cur| / prev
+ * is >= eta.  Layers with prev = 0 count as changed (ratio 1). */
+int ctl_critical(const double *prev, const double *cur, const size_t *len, int nseg,
+                 double eta, double *change_p);
+
+/* The new estimate of 1/B (seconds per byte) after a step of measured
+ * time t on a collective with terms (a, b): the observation
+ * max(0, t - a alpha) / b, folded in with weight lambda, kept within
+ * [lo, hi].  b <= 0 (N = 1): unchanged. */
+double ctl_update_inv_bw(double inv_bw, double t, double a, double b, double alpha,
+                         double lambda, double lo, double hi);
+
+/* The choice among cand[0, n):
+ *   allowed:  kept >= min_kept and gain >= min_gain (dense always is);
+ *   score:    weight ln(T_min / T) + (1 - weight) ln(gain), T_min the
+ *             fastest allowed candidate's time;
+ *   winner:   the highest score; ties go to the larger kept fraction,
+ *             then to the faster.
+ * A maximiser of a weighted sum of two increasing objectives is Pareto
+ * optimal, so the winner is on the (time, gain) front; weight 1 is
+ * "fastest", weight 0 "keep everything".  Fills every score; returns the
+ * winner's index (-1 only for n = 0). */
+int ctl_choose(ctl_cand_t *cand, int n, double weight, double min_kept, double min_gain);
+
+/* GraVAC's choice: among the allowed candidates (gain >= min_gain, kept >=
+ * min_kept; dense always allowed) the largest gain / time, i.e.
+ * throughput x gain.  Fills score with ln(gain / time). */
+int ctl_choose_gravac(ctl_cand_t *cand, int n, double min_kept, double min_gain);
+
+#endif

@@ -1,0 +1,177 @@
+/* policy.c -- the controller's pure functions (ctl.h): costs, gains,
+ * critical regime, bandwidth estimate, choice. */
+#include "controller/ctl.h"
+#include "collectives/coll.h"
+#include "compress/cmp.h"
+#include "common/util.h"
+
+#include <math.h>
+#include <string.h>
+
+/* the pipeline chunk the dense tree is modelled with (FLX_CHUNK_SIZE's default) */
+#define CTL_TREE_CHUNK (512.0 * 1024.0)
+
+const char *ctl_coll_name(ctl_coll_t coll)
+{
+    switch (coll) {
+    case CTL_DENSE_RING: return "dense-ring";
+    case CTL_DENSE_TREE: return "dense-tree";
+    case CTL_ARTOPK: return "artopk";
+    case CTL_TOPK_AG: return "topk-ag";
+    default: return "?";
+    }
+}
+
+/* time of one collective for the given alpha and B */
+static double ctl_coll_time(ctl_coll_t coll, int N, double m, double c, double alpha, double B)
+{
+    switch (coll) {
+    case CTL_DENSE_RING:
+        return model_allreduce_time(FLX_ALGO_RING, N, 4.0 * m, alpha, B, CTL_TREE_CHUNK);
+    case CTL_DENSE_TREE:
+        return model_allreduce_time(FLX_ALGO_TREE, N, 4.0 * m, alpha, B, CTL_TREE_CHUNK);
+    case CTL_ARTOPK: /* the default index mode: indices ride with the values */
+        return cmp_model_ar_pipe(N, m, c, alpha, B);
+    case CTL_TOPK_AG:
+        return cmp_model_ag(N, m, c, alpha, B);
+    default:
+        return INFINITY;
+    }
+}
+
+void ctl_coll_terms(ctl_coll_t coll, int N, double m, double c, double *a_p, double *b_p)
+{
+    /* every formula is a alpha + b / B: read a at (1, inf) and b at (0, 1) */
+    *a_p = ctl_coll_time(coll, N, m, c, 1.0, INFINITY);
+    *b_p = ctl_coll_time(coll, N, m, c, 0.0, 1.0);
+}
+
+void ctl_hist_reset(ctl_hist_t *h) { memset(h, 0, sizeof(*h)); }
+
+/* bin of |x|: 8 bins per octave over 2^-40 .. 2^24, largest values in the
+ * highest bin */
+static int ctl_hist_bin(float x)
+{
+    double a = fabs((double)x);
+    int e, b;
+    double f;
+
+    if (!(a > 0))
+        return -1;
+    f = frexp(a, &e); /* a = f 2^e, f in [0.5, 1) */
+    b = (e + 40) * 8 + (int)((f - 0.5) * 16.0);
+    return b < 0 ? 0 : b >= CTL_HIST_BINS ? CTL_HIST_BINS - 1 : b;
+}
+
+void ctl_hist_add(ctl_hist_t *h, float x)
+{
+    int b = ctl_hist_bin(x);
+    double e = (double)x * (double)x;
+
+    h->total_count += 1.0;
+    if (b < 0 || !isfinite(e))
+        return;
+    h->energy[b] += e;
+    h->count[b] += 1.0;
+    h->total_energy += e;
+}
+
+double ctl_hist_gain(const ctl_hist_t *h, double c)
+{
+    double want = c * h->total_count, got = 0, energy = 0;
+
+    if (!(h->total_energy > 0))
+        return 1.0;
+    for (int b = CTL_HIST_BINS - 1; b >= 0 && got < want; b--) {
+        double take = FLX_MIN(h->count[b], want - got);
+
+        if (h->count[b] <= 0)
+            continue;
+        energy += h->energy[b] * take / h->count[b];
+        got += take;
+    }
+    return sqrt(FLX_MIN(1.0, energy / h->total_energy));
+}
+
+int ctl_critical(const double *prev, const double *cur, const size_t *len, int nseg,
+                 double eta, double *change_p)
+{
+    double sum = 0, weight = 0;
+
+    for (int s = 0; s < nseg; s++) {
+        double r = prev[s] > 0 ? fabs(prev[s] - cur[s]) / prev[s] : 1.0;
+
+        sum += (double)len[s] * r;
+        weight += (double)len[s];
+    }
+    if (change_p)
+        *change_p = weight > 0 ? sum / weight : 0.0;
+    return weight > 0 && sum / weight >= eta;
+}
+
+double ctl_update_inv_bw(double inv_bw, double t, double a, double b, double alpha,
+                         double lambda, double lo, double hi)
+{
+    double obs;
+
+    if (!(b > 0) || !(t >= 0))
+        return inv_bw;
+    obs = FLX_MAX(0.0, t - a * alpha) / b;
+    inv_bw = (1.0 - lambda) * inv_bw + lambda * obs;
+    return inv_bw < lo ? lo : inv_bw > hi ? hi : inv_bw;
+}
+
+static int ctl_allowed(const ctl_cand_t *c, double min_kept, double min_gain)
+{
+    if (c->kept >= 1.0)
+        return 1;
+    return c->kept >= min_kept && c->gain >= min_gain && c->time_s > 0 && c->gain > 0;
+}
+
+/* is a better than b: higher score, then larger kept, then faster */
+static int ctl_better(const ctl_cand_t *a, const ctl_cand_t *b)
+{
+    if (a->score != b->score)
+        return a->score > b->score;
+    if (a->kept != b->kept)
+        return a->kept > b->kept;
+    return a->time_s < b->time_s;
+}
+
+int ctl_choose(ctl_cand_t *cand, int n, double weight, double min_kept, double min_gain)
+{
+    double t_min = INFINITY;
+    int best = -1;
+
+    for (int i = 0; i < n; i++)
+        if (ctl_allowed(&cand[i], min_kept, min_gain) && cand[i].time_s < t_min)
+            t_min = cand[i].time_s;
+    for (int i = 0; i < n; i++) {
+        if (!ctl_allowed(&cand[i], min_kept, min_gain)) {
+            cand[i].score = -INFINITY;
+            continue;
+        }
+        cand[i].score = (1.0 - weight) * log(cand[i].gain);
+        if (t_min > 0)
+            cand[i].score += weight * log(t_min / cand[i].time_s);
+        if (best < 0 || ctl_better(&cand[i], &cand[best]))
+            best = i;
+    }
+    return best;
+}
+
+int ctl_choose_gravac(ctl_cand_t *cand, int n, double min_kept, double min_gain)
+{
+    int best = -1;
+
+    for (int i = 0; i < n; i++) {
+        if (!ctl_allowed(&cand[i], min_kept, min_gain)) {
+            cand[i].score = -INFINITY;
+            continue;
+        }
+        cand[i].score = cand[i].time_s > 0 ? log(cand[i].gain / cand[i].time_s) : log(cand[i].gain);
+        if (best < 0 || ctl_better(&cand[i], &cand[best]))
+            best = i;
+    }
+    return best;
+}

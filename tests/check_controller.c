@@ -1,0 +1,356 @@
+/* check_controller.c -- the controller: its pure functions (costs, gains,
+ * critical regime, bandwidth estimate, choice) against hand-computed and
+ * brute-force references, and flx_ctl_step over real ranks (same decision
+ * and same result on every rank, the mean where it syncs dense). */
+#include "flexcoll.h"
+#include "compress/cmp.h"
+#include "controller/ctl.h"
+#include "tests/mp.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double urand(unsigned *s)
+{
+    *s = *s * 1103515245u + 12345u;
+    return ((*s >> 8) & 0xffffff) / (double)0x1000000;
+}
+
+START_TEST(test_terms)
+{
+    double a, b, alpha = 3e-5, B = 1.25e8, m = 1e6;
+
+    ctl_coll_terms(CTL_DENSE_RING, 4, m, 1.0, &a, &b);
+    ck_assert_double_eq_tol(a, 6.0, 1e-12);
+    ck_assert_double_eq_tol(b, 2.0 * 3 / 4 * 4 * m, 1e-6);
+    ctl_coll_terms(CTL_ARTOPK, 4, m, 0.01, &a, &b);
+    ck_assert_double_eq_tol(a * alpha + b / B, cmp_model_ar_pipe(4, m, 0.01, alpha, B), 1e-12);
+    ctl_coll_terms(CTL_TOPK_AG, 8, m, 0.001, &a, &b);
+    ck_assert_double_eq_tol(a * alpha + b / B, cmp_model_ag(8, m, 0.001, alpha, B), 1e-12);
+    ctl_coll_terms(CTL_DENSE_TREE, 1, m, 1.0, &a, &b);
+    ck_assert_double_eq(a, 0);
+    ck_assert_double_eq(b, 0);
+}
+END_TEST
+
+static int cmp_desc(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? 1 : a > b ? -1 : 0;
+}
+
+/* the histogram's gain against the exact top-k energy of a sorted copy */
+START_TEST(test_hist_gain)
+{
+    enum { N = 20000 };
+    static double sq[N];
+    static const double fr[] = {0.5, 0.1, 0.033, 0.01, 0.001};
+    ctl_hist_t h;
+    unsigned s = 7;
+    double total = 0;
+
+    ctl_hist_reset(&h);
+    for (int i = 0; i < N; i++) {
+        /* heavy-tailed, signed, over many octaves */
+        double u = urand(&s), v = (urand(&s) - 0.5) * pow(10.0, -6.0 * u);
+        ctl_hist_add(&h, (float)v);
+        sq[i] = (double)(float)v * (double)(float)v;
+        total += sq[i];
+    }
+    qsort(sq, N, sizeof(double), cmp_desc);
+    for (size_t f = 0; f < sizeof(fr) / sizeof(fr[0]); f++) {
+        double e = 0, exact, est = ctl_hist_gain(&h, fr[f]);
+        int k = (int)(fr[f] * N);
+
+        for (int i = 0; i < k; i++)
+            e += sq[i];
+        exact = sqrt(e / total);
+        ck_assert_msg(fabs(est - exact) < 0.02, "c = %g: histogram %.4f, exact %.4f", fr[f],
+                      est, exact);
+    }
+    ck_assert_double_eq_tol(ctl_hist_gain(&h, 1.0), 1.0, 1e-9);
+    ctl_hist_reset(&h);
+    for (int i = 0; i < 100; i++)
+        ctl_hist_add(&h, 0.0f);
+    ck_assert_double_eq(ctl_hist_gain(&h, 0.1), 1.0);
+}
+END_TEST
+
+START_TEST(test_critical)
+{
+    double prev[2] = {10, 4}, cur[2] = {4, 4}, change;
+    size_t len[2] = {3, 1};
+
+    /* layer 0 changed by 0.6, layer 1 by 0: weighted 0.45 */
+    ck_assert_int_eq(ctl_critical(prev, cur, len, 2, 0.5, &change), 0);
+    ck_assert_double_eq_tol(change, 0.45, 1e-12);
+    ck_assert_int_eq(ctl_critical(prev, cur, len, 2, 0.4, &change), 1);
+    prev[1] = 0; /* a layer that was zero counts as changed */
+    ck_assert_int_eq(ctl_critical(prev, cur, len, 2, 0.5, &change), 1);
+    ck_assert_double_eq_tol(change, 0.7, 1e-12);
+}
+END_TEST
+
+START_TEST(test_inv_bw)
+{
+    /* t = 6 alpha + b / B with B = 1e8: the estimate moves lambda of the way */
+    double alpha = 1e-5, b = 1e6, t = 6 * alpha + b / 1e8, x;
+
+    x = ctl_update_inv_bw(1.0 / 1e9, t, 6, b, alpha, 0.5, 1e-12, 1.0);
+    ck_assert_double_eq_tol(x, 0.5 / 1e9 + 0.5 / 1e8, 1e-18);
+    x = ctl_update_inv_bw(1.0 / 1e8, t, 6, b, alpha, 1.0, 1e-12, 1.0);
+    ck_assert_double_eq_tol(x, 1.0 / 1e8, 1e-18);
+    /* faster than the latency alone: the observation is 0, then clamped */
+    x = ctl_update_inv_bw(1.0 / 1e8, 0, 6, b, alpha, 1.0, 1e-10, 1.0);
+    ck_assert_double_eq(x, 1e-10);
+    ck_assert_double_eq(ctl_update_inv_bw(2.0, t, 0, 0, alpha, 1.0, 0, 10), 2.0);
+}
+END_TEST
+
+static void cand(ctl_cand_t *c, ctl_coll_t coll, double kept, double t, double g)
+{
+    c->coll = coll;
+    c->kept = kept;
+    c->time_s = t;
+    c->gain = g;
+    c->score = 0;
+}
+
+START_TEST(test_choose_rules)
+{
+    ctl_cand_t c[4];
+    int w;
+
+    cand(&c[0], CTL_DENSE_RING, 1.0, 1.0, 1.0);  /* slow network: dense is slow */
+    cand(&c[1], CTL_ARTOPK, 0.1, 0.2, 0.8);
+    cand(&c[2], CTL_ARTOPK, 0.01, 0.12, 0.45);
+    cand(&c[3], CTL_TOPK_AG, 0.001, 0.1, 0.2);
+    ck_assert_int_eq(ctl_choose(c, 4, 1.0, 0, 0), 3);  /* only time matters */
+    ck_assert_int_eq(ctl_choose(c, 4, 0.0, 0, 0), 0);  /* only information */
+    /* 0.6: 0.6 ln(0.1/0.12) + 0.4 ln 0.45 = -0.429 beats 0.1's -0.505 and dense's -1.382 */
+    w = ctl_choose(c, 4, 0.6, 0, 0);
+    ck_assert_int_eq(w, 2);
+    ck_assert_double_eq_tol(c[2].score, 0.6 * log(0.1 / 0.12) + 0.4 * log(0.45), 1e-12);
+    /* critical: nothing below 0.1 kept */
+    ck_assert_int_eq(ctl_choose(c, 4, 0.6, 0.1, 0), 1);
+    ck_assert(isinf(c[3].score) && c[3].score < 0);
+    /* a gain floor above every sparse gain leaves dense */
+    ck_assert_int_eq(ctl_choose(c, 4, 0.6, 0, 0.9), 0);
+    /* fast network: dense is the fastest and keeps everything */
+    cand(&c[0], CTL_DENSE_RING, 1.0, 0.10, 1.0);
+    cand(&c[1], CTL_ARTOPK, 0.1, 0.13, 0.8);
+    ck_assert_int_eq(ctl_choose(c, 2, 0.6, 0, 0), 0);
+    /* a tie in score goes to the larger kept fraction */
+    cand(&c[0], CTL_ARTOPK, 0.01, 0.1, 0.5);
+    cand(&c[1], CTL_ARTOPK, 0.1, 0.1, 0.5);
+    ck_assert_int_eq(ctl_choose(c, 2, 0.5, 0, 0), 1);
+    /* GraVAC: gain / time among gains >= 0.7 */
+    cand(&c[0], CTL_DENSE_RING, 1.0, 1.0, 1.0);
+    cand(&c[1], CTL_ARTOPK, 0.1, 0.2, 0.8);
+    cand(&c[2], CTL_ARTOPK, 0.01, 0.09, 0.45); /* 0.45 / 0.09 = 5 > 0.8 / 0.2 = 4 */
+    ck_assert_int_eq(ctl_choose_gravac(c, 3, 0, 0.7), 1);
+    ck_assert_int_eq(ctl_choose_gravac(c, 3, 0, 0.0), 2);
+    ck_assert_int_eq(ctl_choose_gravac(c, 3, 0, 0.95), 0);
+}
+END_TEST
+
+/* for random candidate sets and weights the winner is never dominated and
+ * its score is the largest */
+START_TEST(test_choose_pareto)
+{
+    unsigned s = 11;
+
+    for (int trial = 0; trial < 2000; trial++) {
+        ctl_cand_t c[12];
+        int n = 2 + (int)(urand(&s) * 10), w;
+        double weight = urand(&s);
+
+        cand(&c[0], CTL_DENSE_RING, 1.0, 0.05 + urand(&s), 1.0);
+        for (int i = 1; i < n; i++)
+            cand(&c[i], i % 2 ? CTL_ARTOPK : CTL_TOPK_AG, pow(10, -3 * urand(&s)),
+                 0.05 + urand(&s), 0.05 + 0.95 * urand(&s));
+        w = ctl_choose(c, n, weight, 0, 0);
+        ck_assert(w >= 0 && w < n);
+        for (int i = 0; i < n; i++) {
+            ck_assert(c[i].score <= c[w].score);
+            ck_assert_msg(!(c[i].time_s < c[w].time_s && c[i].gain > c[w].gain),
+                          "trial %d: candidate %d dominates the winner %d", trial, i, w);
+        }
+    }
+}
+END_TEST
+
+/* ---- flx_ctl over real ranks ---- */
+
+#define CTL_N 30000
+
+static float grad_of(int rank, int step, size_t i)
+{
+    /* a few large coordinates that move, on a small noise floor */
+    unsigned h = (unsigned)(i * 2654435761u) ^ (unsigned)(step * 40503 + rank * 977);
+    float base = (float)((h >> 9) & 1023) / 1024.0f - 0.5f;
+
+    return i % 97 == (size_t)step % 97 ? 10.0f * (base + 1.0f) : 0.01f * base;
+}
+
+typedef struct {
+    flx_ctl_mode_t mode;
+    double weight;
+} ctl_case_t;
+
+static int body_ctl(flx_comm_h comm, int rank, int size, void *arg)
+{
+    const ctl_case_t *cs = arg;
+    flx_ctl_opts_t o;
+    flx_ctl_h h;
+    float *g = malloc(CTL_N * sizeof(float)), *all = malloc(CTL_N * sizeof(float));
+    flx_status_t st;
+    int dense_steps = 0;
+
+    flx_ctl_opts_default(&o);
+    o.field_mask = FLX_CTL_OPT_MODE | FLX_CTL_OPT_WEIGHT | FLX_CTL_OPT_SEGMENTS |
+                   FLX_CTL_OPT_INTERVAL;
+    o.mode = cs->mode;
+    o.weight = cs->weight;
+    o.nsegments = 3;
+    o.segments[0] = 20000;
+    o.segments[1] = 9990;
+    o.segments[2] = 10;
+    o.interval = 5;
+    st = flx_ctl_create(comm, CTL_N, &o, &h);
+    if (st != FLX_OK)
+        return mp_fail(rank, "flx_ctl_create: %s", flx_status_string(st));
+    for (int step = 0; step < 30; step++) {
+        flx_ctl_report_t r;
+        double dec[4];
+
+        for (size_t i = 0; i < CTL_N; i++)
+            g[i] = grad_of(rank, step, i);
+        st = flx_ctl_step(h, g, 0.001 * (rank + 1), &r);
+        if (st != FLX_OK)
+            return mp_fail(rank, "step %d: %s", step, flx_status_string(st));
+        if (r.kept_fraction <= 0 || r.kept_fraction > 1 || r.sync.bytes_sent == 0)
+            return mp_fail(rank, "step %d: kept %g, %llu bytes", step, r.kept_fraction,
+                           (unsigned long long)r.sync.bytes_sent);
+        /* the same decision everywhere: the ranks' copies are equal */
+        dec[0] = r.kept_fraction;
+        dec[1] = (double)r.collective;
+        dec[2] = r.critical;
+        dec[3] = r.predicted_s;
+        memcpy(all, dec, sizeof(dec));
+        st = flx_allreduce(comm, all, all, 4, FLX_FLOAT64, FLX_MAX, FLX_ALGO_AUTO);
+        if (st != FLX_OK || memcmp(all, dec, sizeof(dec)) != 0)
+            return mp_fail(rank, "step %d: the ranks decided differently", step);
+        /* the same result everywhere */
+        memcpy(all, g, CTL_N * sizeof(float));
+        st = flx_broadcast(comm, all, CTL_N, FLX_FLOAT32, 0);
+        if (st != FLX_OK || memcmp(all, g, CTL_N * sizeof(float)) != 0)
+            return mp_fail(rank, "step %d: the synced gradients differ", step);
+        if (r.collective == FLX_GSYNC_COLL_ALLREDUCE && step == 0) {
+            /* the first dense step: the mean (no residual yet) */
+            for (size_t i = 0; i < CTL_N; i++) {
+                double mean = 0;
+                for (int q = 0; q < size; q++)
+                    mean += grad_of(q, step, i);
+                mean /= size;
+                if (fabs(g[i] - mean) > 1e-5 * (1 + fabs(mean)))
+                    return mp_fail(rank, "element %zu: %g, mean %g", i, g[i], mean);
+            }
+        }
+        dense_steps += r.collective == FLX_GSYNC_COLL_ALLREDUCE;
+        if (cs->mode == FLX_CTL_ACCORDION && r.collective != FLX_GSYNC_COLL_ARTOPK)
+            return mp_fail(rank, "accordion used %s", flx_gsync_coll_name(r.collective));
+        if (cs->mode == FLX_CTL_ACCORDION &&
+            r.kept_fraction != (r.critical ? o.critical_kept : o.low_kept))
+            return mp_fail(rank, "accordion kept %g (critical %d)", r.kept_fraction, r.critical);
+        if (cs->weight == 0 && r.collective != FLX_GSYNC_COLL_ALLREDUCE)
+            return mp_fail(rank, "weight 0 must keep everything, got %s",
+                           flx_gsync_coll_name(r.collective));
+    }
+    free(g);
+    free(all);
+    st = flx_ctl_destroy(h);
+    return st == FLX_OK ? 0 : mp_fail(rank, "destroy: %s", flx_status_string(st));
+}
+
+static void run_case(flx_ctl_mode_t mode, double weight)
+{
+    ctl_case_t cs = {mode, weight};
+
+    ck_assert_int_eq(mp_run(3, body_ctl, &cs, 120, NULL), 0);
+}
+
+START_TEST(test_ctl_flex) { run_case(FLX_CTL_FLEX, 0.6); }
+END_TEST
+START_TEST(test_ctl_flex_fastest) { run_case(FLX_CTL_FLEX, 1.0); }
+END_TEST
+START_TEST(test_ctl_flex_keep_all) { run_case(FLX_CTL_FLEX, 0.0); }
+END_TEST
+START_TEST(test_ctl_accordion) { run_case(FLX_CTL_ACCORDION, 0.6); }
+END_TEST
+START_TEST(test_ctl_gravac) { run_case(FLX_CTL_GRAVAC, 0.6); }
+END_TEST
+
+static int body_bad(flx_comm_h comm, int rank, int size, void *arg)
+{
+    flx_ctl_opts_t o;
+    flx_ctl_h h = NULL;
+
+    (void)size;
+    (void)arg;
+    flx_ctl_opts_default(&o);
+    o.field_mask = FLX_CTL_OPT_WEIGHT;
+    o.weight = 1.5;
+    if (flx_ctl_create(comm, 100, &o, &h) != FLX_ERR_INVALID_ARG || h != NULL)
+        return mp_fail(rank, "weight 1.5 accepted");
+    o.field_mask = FLX_CTL_OPT_FRACTIONS;
+    o.nfractions = 1;
+    o.fractions[0] = 1.0;
+    if (flx_ctl_create(comm, 100, &o, &h) != FLX_ERR_INVALID_ARG)
+        return mp_fail(rank, "fraction 1 accepted");
+    o.field_mask = FLX_CTL_OPT_SEGMENTS;
+    o.nsegments = 2;
+    o.segments[0] = 50;
+    o.segments[1] = 49;
+    if (flx_ctl_create(comm, 100, &o, &h) != FLX_ERR_INVALID_ARG)
+        return mp_fail(rank, "segments summing to 99 accepted for n = 100");
+    if (flx_ctl_create(comm, 0, NULL, &h) != FLX_ERR_INVALID_ARG)
+        return mp_fail(rank, "n = 0 accepted");
+    if (flx_ctl_step(NULL, NULL, 0, NULL) != FLX_ERR_INVALID_ARG)
+        return mp_fail(rank, "NULL step accepted");
+    return 0;
+}
+
+START_TEST(test_ctl_bad_args) { ck_assert_int_eq(mp_run(2, body_bad, NULL, 60, NULL), 0); }
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("controller");
+    TCase *pure = tcase_create("pure"), *ranks = tcase_create("ranks");
+    SRunner *sr;
+    int failed;
+
+    tcase_add_test(pure, test_terms);
+    tcase_add_test(pure, test_hist_gain);
+    tcase_add_test(pure, test_critical);
+    tcase_add_test(pure, test_inv_bw);
+    tcase_add_test(pure, test_choose_rules);
+    tcase_add_test(pure, test_choose_pareto);
+    tcase_set_timeout(ranks, 240);
+    tcase_add_test(ranks, test_ctl_flex);
+    tcase_add_test(ranks, test_ctl_flex_fastest);
+    tcase_add_test(ranks, test_ctl_flex_keep_all);
+    tcase_add_test(ranks, test_ctl_accordion);
+    tcase_add_test(ranks, test_ctl_gravac);
+    tcase_add_test(ranks, test_ctl_bad_args);
+    suite_add_tcase(s, pure);
+    suite_add_tcase(s, ranks);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
