@@ -3,6 +3,7 @@
 #
 #   cluster.sh up N [RATE] [--rate-of I=RATE ...]   N hosts flx-h0..flx-h{N-1}
 #   cluster.sh down                                 remove every flx-* namespace
+#   cluster.sh rate RATE [I]                        change the links' rate live
 #   cluster.sh status                               namespaces, addresses, qdiscs
 #   cluster.sh exec I CMD...                        run CMD inside host I
 #   cluster.sh run N [--port P] [--timeout S] -- PROG ARGS...
@@ -24,6 +25,18 @@
 # these namespaces; loopback is up in each.  `up` removes any earlier cluster
 # first, so running it twice gives the same state.  `down` removes whatever
 # is there and never fails on a partial cluster.
+#
+# `rate RATE [I]` reshapes the running cluster without tearing it down: both
+# directions of every host's link (or only host I's) get the new tbf rate and
+# burst with `tc qdisc replace`, so connections and the jobs on them stay up
+# and packets already queued are kept, to leave at the new rate ("none"
+# removes the shaping).  E.g. `cluster.sh rate 100mbit` mid-run to see a job
+# adapt to a slower network, `cluster.sh rate 1gbit 3` to make host 3 a
+# straggler from now on.  The burst is 1 ms of traffic but at least 96 KiB
+# here (64 KiB in `up`): packets queued at a higher rate may be GSO packets
+# of ~68 kB (64 KiB of payload plus headers counted per segment), and a tbf
+# never sends a head packet bigger than its bucket -- at 64 KiB the link
+# would stall for good.
 #
 # `run` starts the ranks with flxrun (FLXRUN, else ./flxrun, build/flxrun or
 # the one on PATH): flxrun gives FLX_RANK, FLX_SIZE, a fresh FLX_JOB_SECRET,
@@ -49,16 +62,16 @@ rate_bytes() {
         v = n * m; if (b == "bit") v /= 8; printf "%.0f\n", v }'
 }
 
-# shape NS DEV RATE: tbf with a burst of 1 ms of traffic (at least 64 kB; tbf's
-# watchdog is an hrtimer, so a small bucket still reaches the rate, and a big
-# one would let messages of a few hundred kB pass at memory speed) and at
-# most 20 ms of queue.
+# shape NS DEV RATE [MINBURST]: tbf with a burst of 1 ms of traffic (at least
+# MINBURST, default 64 kB; tbf's watchdog is an hrtimer, so a small bucket
+# still reaches the rate, and a big one would let messages of a few hundred kB
+# pass at memory speed) and at most 20 ms of queue.
 shape() {
-    local ns=$1 dev=$2 rate=$3 bps burst
+    local ns=$1 dev=$2 rate=$3 minburst=${4:-65536} bps burst
     [ "$rate" = none ] && return 0
     bps=$(rate_bytes "$rate") || die "bad rate '$rate' (e.g. 1gbit, 10gbit, 500mbit)"
     burst=$((bps / 1000))
-    [ "$burst" -lt 65536 ] && burst=65536
+    [ "$burst" -lt "$minburst" ] && burst=$minburst
     ip netns exec "$ns" tc qdisc replace dev "$dev" root tbf rate "$rate" \
         burst "$burst" latency 20ms
 }
@@ -120,6 +133,30 @@ cluster_up() {
     echo "cluster: $n hosts, $NET.1-$NET.$n, rate $rate${over[*]:+, overrides: $(for k in "${!over[@]}"; do printf 'h%s=%s ' "$k" "${over[$k]}"; done)}"
 }
 
+cluster_rate() {
+    local rate=${1:-} host=${2:-} ns i n=0
+    [ -n "$rate" ] || die "rate: RATE missing (e.g. 1gbit, 100mbit, none)"
+    [ "$rate" = none ] || rate_bytes "$rate" >/dev/null || die "bad rate '$rate' (e.g. 1gbit, 10gbit, 500mbit)"
+    [ -z "$host" ] || [[ $host =~ ^[0-9]+$ ]] || die "rate: I must be a host number"
+    [ $# -le 2 ] || die "rate: unexpected argument '$3'"
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | sort -V); do
+        case $ns in "$PREFIX"[0-9]*) ;; *) continue ;; esac
+        i=${ns#"$PREFIX"}
+        [ -z "$host" ] || [ "$i" = "$host" ] || continue
+        if [ "$rate" = none ]; then
+            ip netns exec "$ns" tc qdisc del dev "$IFNAME" root 2>/dev/null
+            ip netns exec "$SW" tc qdisc del dev "h$i" root 2>/dev/null
+        else
+            shape "$ns" "$IFNAME" "$rate" 98304 || die "rate: cannot shape $ns"
+            shape "$SW" "h$i" "$rate" 98304 || die "rate: cannot shape h$i in $SW"
+        fi
+        n=$((n + 1))
+    done
+    [ $n -gt 0 ] || die "rate: no host${host:+ $PREFIX$host}; cluster.sh up N first"
+    if [ -n "$host" ]; then echo "cluster: host $host at rate $rate"
+    else echo "cluster: $n hosts at rate $rate"; fi
+}
+
 cluster_status() {
     local ns found=0
     for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | sort -V); do
@@ -175,6 +212,7 @@ cmd=${1:-}
 case $cmd in
 up) cluster_up "$@" ;;
 down) cluster_down ;;
+rate) cluster_rate "$@" ;;
 status) cluster_status ;;
 exec)
     [[ ${1:-} =~ ^[0-9]+$ ]] || die "exec: I must be a host number"
@@ -185,7 +223,7 @@ exec)
     ;;
 run) cluster_run "$@" ;;
 *)
-    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
     [ -z "$cmd" ] || [ "$cmd" = -h ] || [ "$cmd" = --help ] || exit 2
     ;;
 esac
