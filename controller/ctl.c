@@ -3,7 +3,7 @@
  * chosen sync, dense or through a Top-k gradient sync with error feedback.
  *
  * One step:
- *   1. local statistics on a fixed sample of about 64 Ki positions: the
+ *   1. local statistics on a fixed sample of about 16 Ki positions: the
  *      histogram of |g + e| (the gain of every kept fraction at once) and
  *      the per-layer accumulated gradient (Accordion's norms);
  *   2. one small allreduce of those, of the compute time and of the last
@@ -12,7 +12,8 @@
  *   3. the live model: 1/B from the last sync's time (alpha from
  *      calibration), selection cost as an EWMA of what was measured;
  *   4. the critical-regime test at the end of each interval;
- *   5. the choice (ctl_choose or the mode's rule), then the sync.
+ *   5. the choice (ctl_choose or the mode's rule; flex keeps last step's
+ *      choice unless the winner scores CTL_MARGIN better), then the sync.
  */
 #include "controller/ctl.h"
 #include "collectives/coll.h"
@@ -27,8 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CTL_SAMPLE 65536      /* positions sampled for the statistics     */
+#define CTL_SAMPLE 16384      /* positions sampled for the statistics     */
 #define CTL_LAMBDA 0.3        /* weight of the newest timing in the EWMAs */
+#define CTL_MARGIN 0.05       /* a new choice must score this much better */
 #define CTL_MAX_CANDS (2 + 2 * FLX_CTL_MAX_FRACTIONS)
 
 struct flx_ctl {
@@ -40,7 +42,7 @@ struct flx_ctl {
     double cur_kept;            /* the kept fraction topk is set to         */
     int residual_dirty;         /* a compressed step left residuals         */
 
-    double alpha;               /* calibrated latency, seconds              */
+    double alpha0, alpha;       /* calibrated and live latency, seconds     */
     double inv_bw0, inv_bw;     /* calibrated and live 1/B, s per byte      */
     double select_s[CTL_COLL_COUNT]; /* EWMA of selection + decode, <0 unknown */
     double compute_s;           /* EWMA of the agreed compute time          */
@@ -71,7 +73,7 @@ void flx_ctl_opts_default(flx_ctl_opts_t *o)
 {
     memset(o, 0, sizeof(*o));
     o->mode = FLX_CTL_FLEX;
-    o->weight = 0.6;
+    o->weight = 0.5;
     o->nfractions = (int)FLX_ARRAY_SIZE(ctl_default_fractions);
     memcpy(o->fractions, ctl_default_fractions, sizeof(ctl_default_fractions));
     o->eta = 0.5;
@@ -215,7 +217,7 @@ flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opts_t *opt
     st = flx_comm_link_model(comm, &lm);
     if (st != FLX_OK)
         goto fail;
-    h->alpha = lm.alpha_s;
+    h->alpha0 = h->alpha = lm.alpha_s;
     h->inv_bw0 = h->inv_bw = 1.0 / lm.beta_bytes_per_s;
     for (int c = 0; c < CTL_COLL_COUNT; c++)
         h->select_s[c] = c == CTL_DENSE_RING || c == CTL_DENSE_TREE ? 0.0 : -1.0;
@@ -248,7 +250,7 @@ flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opts_t *opt
             goto fail;
         }
         fprintf(h->log, "step,mode,critical,change,alpha_s,bandwidth,compute_s,choice,kept,"
-                        "predicted_s,predicted_dense_s,gain,decide_s,candidates\n");
+                        "predicted_s,predicted_dense_s,gain,decide_s,agree_s,candidates\n");
     }
     *h_p = h;
     return FLX_OK;
@@ -314,14 +316,14 @@ static double ctl_ewma(double old, double x) { return old < 0 ? x : (1 - CTL_LAM
 /* step 3: the model learns from the last step's agreed timings */
 static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double select_s)
 {
-    double a, b;
+    /* alpha from 1/10 to 1000 times, B from 1/10^4 to 16 times calibration */
+    double a, b, lo[2] = {h->alpha0 / 10, h->inv_bw0 / 16}, hi[2] = {h->alpha0 * 1e3, h->inv_bw0 * 1e4};
 
     h->compute_s = ctl_ewma(h->compute_s, compute_s);
     if (!h->have_last)
         return;
     ctl_coll_terms(h->last.coll, h->N, (double)h->n, h->last.kept, &a, &b);
-    h->inv_bw = ctl_update_inv_bw(h->inv_bw, comm_s, a, b, h->alpha, CTL_LAMBDA,
-                                  h->inv_bw0 / 16.0, h->inv_bw0 * 1e4);
+    ctl_update_model(&h->alpha, &h->inv_bw, comm_s, a, b, CTL_LAMBDA, lo, hi);
     if (h->last.coll == CTL_ARTOPK || h->last.coll == CTL_TOPK_AG) {
         h->select_s[h->last.coll] = ctl_ewma(h->select_s[h->last.coll], select_s);
         /* the same selection serves the other sparse collective until it is measured */
@@ -378,6 +380,13 @@ static int ctl_decide(flx_ctl_h h, ctl_cand_t *cand, int *ncand_p, double *pred_
             ctl_candidate(h, &cand[n++], CTL_TOPK_AG, h->o.fractions[f], gains[f]);
         }
         best = ctl_choose(cand, n, h->o.weight, min_kept, h->o.min_gain);
+        if (h->have_last) { /* the same candidate as last step, if it is still here */
+            int cur = -1;
+            for (int i = 0; i < n && cur < 0; i++)
+                if (cand[i].coll == h->last.coll && cand[i].kept == h->last.kept)
+                    cur = i;
+            best = ctl_hysteresis(cand, n, best, cur, CTL_MARGIN);
+        }
         break;
     }
     *ncand_p = n;
@@ -385,12 +394,12 @@ static int ctl_decide(flx_ctl_h h, ctl_cand_t *cand, int *ncand_p, double *pred_
 }
 
 static void ctl_log(flx_ctl_h h, const ctl_cand_t *cand, int ncand, int best, double pred_dense,
-                    double decide_s)
+                    double decide_s, double agree_s)
 {
-    fprintf(h->log, "%llu,%s,%d,%.4f,%.3g,%.4g,%.6f,%s,%g,%.6f,%.6f,%.4f,%.6f,",
+    fprintf(h->log, "%llu,%s,%d,%.4f,%.3g,%.4g,%.6f,%s,%g,%.6f,%.6f,%.4f,%.6f,%.6f,",
             (unsigned long long)h->step, flx_ctl_mode_name(h->o.mode), h->critical, h->change,
             h->alpha, 1.0 / h->inv_bw, h->compute_s, ctl_coll_name(cand[best].coll),
-            cand[best].kept, cand[best].time_s, pred_dense, cand[best].gain, decide_s);
+            cand[best].kept, cand[best].time_s, pred_dense, cand[best].gain, decide_s, agree_s);
     for (int i = 0; i < ncand; i++)
         fprintf(h->log, "%s%s@%g:%.5f:%.3f:%.3f", i ? ";" : "", ctl_coll_name(cand[i].coll),
                 cand[i].kept, cand[i].time_s, cand[i].gain, cand[i].score);
@@ -450,7 +459,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     ctl_cand_t cand[CTL_MAX_CANDS];
     flx_ctl_report_t r;
     int nf, ncand = 0, best, interval_end;
-    double t0 = flx_time_now(), pred_dense = 0;
+    double t0 = flx_time_now(), t_agree = 0, pred_dense = 0;
     flx_status_t st;
 
     if (h == NULL || grad == NULL || !(compute_s >= 0)) {
@@ -467,8 +476,10 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     h->agree[nf + 1] = h->have_last ? h->last.time_s : 0; /* last sync's comm time */
     h->agree[nf + 2] = h->have_last ? h->last.score : 0;  /* ... and its selection */
     if (h->N > 1) {
+        t_agree = flx_time_now();
         st = flx_allreduce(h->comm, h->agree, h->agree, h->nagree, FLX_FLOAT64, FLX_AVG,
                            FLX_ALGO_AUTO);
+        t_agree = flx_time_now() - t_agree;
         if (st != FLX_OK)
             return st;
     }
@@ -497,9 +508,10 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     r.gain_estimate = cand[best].gain;
     r.bandwidth = 1.0 / h->inv_bw;
     r.compute_s = h->agree[nf];
-    r.decide_s = flx_time_now() - t0;
+    r.agree_s = t_agree;
+    r.decide_s = flx_time_now() - t0 - t_agree;
     if (h->log)
-        ctl_log(h, cand, ncand, best, pred_dense, r.decide_s);
+        ctl_log(h, cand, ncand, best, pred_dense, r.decide_s, r.agree_s);
     st = ctl_run(h, &cand[best], grad, &r);
     if (st != FLX_OK)
         return st;

@@ -58,12 +58,15 @@ double ctl_hist_gain(const ctl_hist_t *h, double c);
 int ctl_critical(const double *prev, const double *cur, const size_t *len, int nseg,
                  double eta, double *change_p);
 
-/* The new estimate of 1/B (seconds per byte) after a step of measured
- * time t on a collective with terms (a, b): the observation
- * max(0, t - a alpha) / b, folded in with weight lambda, kept within
- * [lo, hi].  b <= 0 (N = 1): unchanged. */
-double ctl_update_inv_bw(double inv_bw, double t, double a, double b, double alpha,
-                         double lambda, double lo, double hi);
+/* The live model (alpha, 1/B) after a step of measured time t on a
+ * collective with terms (a, b).  The term that dominates the prediction
+ * takes the blame or the credit: when b / B >= a alpha the observation
+ * max(0, t - a alpha) / b of 1/B is folded in with weight lambda, else
+ * the observation max(0, t - b / B) / a of alpha.  Each stays within
+ * [lo, hi] of its own (lo[0], hi[0] for alpha; lo[1], hi[1] for 1/B).
+ * t < 0 or a = b = 0 (N = 1): unchanged. */
+void ctl_update_model(double *alpha_p, double *inv_bw_p, double t, double a, double b,
+                      double lambda, const double lo[2], const double hi[2]);
 
 /* The choice among cand[0, n):
  *   allowed:  kept >= min_kept and gain >= min_gain (dense always is);
@@ -76,6 +79,10 @@ double ctl_update_inv_bw(double inv_bw, double t, double a, double b, double alp
  * "fastest", weight 0 "keep everything".  Fills every score; returns the
  * winner's index (-1 only for n = 0). */
 int ctl_choose(ctl_cand_t *cand, int n, double weight, double min_kept, double min_gain);
+
+/* Hysteresis: keep the current candidate (index cur, -1: none) unless the
+ * winner's score beats it by more than margin; returns the index to use. */
+int ctl_hysteresis(const ctl_cand_t *cand, int n, int best, int cur, double margin);
 
 /* GraVAC's choice: among the allowed candidates (gain >= min_gain, kept >=
  * min_kept; dense always allowed) the largest gain / time, i.e.

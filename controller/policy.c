@@ -6,6 +6,7 @@
 #include "common/util.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 /* the pipeline chunk the dense tree is modelled with (FLX_CHUNK_SIZE's default) */
@@ -48,18 +49,19 @@ void ctl_coll_terms(ctl_coll_t coll, int N, double m, double c, double *a_p, dou
 
 void ctl_hist_reset(ctl_hist_t *h) { memset(h, 0, sizeof(*h)); }
 
-/* bin of |x|: 8 bins per octave over 2^-40 .. 2^24, largest values in the
- * highest bin */
+/* bin of |x|: 8 bins per octave (the float's exponent and its 3 top
+ * mantissa bits) over 2^-40 .. 2^24, the largest values in the highest
+ * bin; -1 for 0 */
 static int ctl_hist_bin(float x)
 {
-    double a = fabs((double)x);
-    int e, b;
-    double f;
+    uint32_t bits;
+    int b;
 
-    if (!(a > 0))
+    memcpy(&bits, &x, sizeof(bits));
+    bits &= 0x7fffffffu;
+    if (bits == 0)
         return -1;
-    f = frexp(a, &e); /* a = f 2^e, f in [0.5, 1) */
-    b = (e + 40) * 8 + (int)((f - 0.5) * 16.0);
+    b = (int)(bits >> 20) - (127 - 40) * 8;
     return b < 0 ? 0 : b >= CTL_HIST_BINS ? CTL_HIST_BINS - 1 : b;
 }
 
@@ -109,16 +111,22 @@ int ctl_critical(const double *prev, const double *cur, const size_t *len, int n
     return weight > 0 && sum / weight >= eta;
 }
 
-double ctl_update_inv_bw(double inv_bw, double t, double a, double b, double alpha,
-                         double lambda, double lo, double hi)
-{
-    double obs;
+static double ctl_clamp(double x, double lo, double hi) { return x < lo ? lo : x > hi ? hi : x; }
 
-    if (!(b > 0) || !(t >= 0))
-        return inv_bw;
-    obs = FLX_MAX(0.0, t - a * alpha) / b;
-    inv_bw = (1.0 - lambda) * inv_bw + lambda * obs;
-    return inv_bw < lo ? lo : inv_bw > hi ? hi : inv_bw;
+void ctl_update_model(double *alpha_p, double *inv_bw_p, double t, double a, double b,
+                      double lambda, const double lo[2], const double hi[2])
+{
+    double alpha = *alpha_p, inv_bw = *inv_bw_p;
+
+    if (!(t >= 0) || !(a > 0 || b > 0))
+        return;
+    if (b * inv_bw >= a * alpha && b > 0) {
+        double obs = FLX_MAX(0.0, t - a * alpha) / b;
+        *inv_bw_p = ctl_clamp((1.0 - lambda) * inv_bw + lambda * obs, lo[1], hi[1]);
+    } else {
+        double obs = FLX_MAX(0.0, t - b * inv_bw) / a;
+        *alpha_p = ctl_clamp((1.0 - lambda) * alpha + lambda * obs, lo[0], hi[0]);
+    }
 }
 
 static int ctl_allowed(const ctl_cand_t *c, double min_kept, double min_gain)
@@ -158,6 +166,13 @@ int ctl_choose(ctl_cand_t *cand, int n, double weight, double min_kept, double m
             best = i;
     }
     return best;
+}
+
+int ctl_hysteresis(const ctl_cand_t *cand, int n, int best, int cur, double margin)
+{
+    if (cur < 0 || cur >= n || best < 0 || !isfinite(cand[cur].score))
+        return best;
+    return cand[best].score > cand[cur].score + margin ? best : cur;
 }
 
 int ctl_choose_gravac(ctl_cand_t *cand, int n, double min_kept, double min_gain)

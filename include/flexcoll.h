@@ -440,7 +440,7 @@ enum {
 typedef struct {
     uint64_t field_mask;      /* FLX_CTL_OPT_* bits of the fields set       */
     flx_ctl_mode_t mode;      /* default FLX_CTL_FLEX                       */
-    double weight;            /* FLEX: weight of time, [0, 1], default 0.6  */
+    double weight;            /* FLEX: weight of time, [0, 1], default 0.5  */
     int nfractions;           /* kept fractions tried besides dense: default */
     double fractions[FLX_CTL_MAX_FRACTIONS]; /* 0.1 0.033 0.011 0.004 0.001 */
     double eta;               /* critical if the change is >= eta, default 0.5 */
@@ -465,7 +465,10 @@ typedef struct {
     double gain_estimate;     /* predicted gain of the choice               */
     double bandwidth;         /* live estimate of B, bytes/s                */
     double compute_s;         /* compute time the ranks reported (mean)     */
-    double decide_s;          /* this rank's time to decide, agreement included */
+    double decide_s;          /* this rank's own time to decide: statistics,  */
+                              /* model update, scoring (agreement excluded)  */
+    double agree_s;           /* the agreement allreduce, waiting for the     */
+                              /* slowest rank included                        */
     flx_gsync_report_t sync;  /* the sync: bytes, selection, comm, gain     */
 } flx_ctl_report_t;
 

@@ -1,7 +1,8 @@
 #!/bin/bash
 # scripts/main.sh -- build flexcoll in build/ and run the main job: a short
 # real data-parallel training run on Fashion-MNIST with 4 local ranks over
-# the tcp backend (flxrun starts the ranks).  Extra arguments go to flx-train.
+# the tcp backend (flxrun starts the ranks), gradients synced by the flex
+# controller.  Extra arguments go to flx-train.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x configure ] || autoreconf -fi
@@ -9,4 +10,4 @@ mkdir -p build && cd build
 [ -f Makefile ] || ../configure -q
 make -j"$(nproc)"
 ./flx-info | head -3
-exec ./flxrun -n "${FLX_RANKS:-4}" --timeout 900 -- ./flx-train --epochs 2 "$@"
+exec ./flxrun -n "${FLX_RANKS:-4}" --timeout 900 -- ./flx-train --epochs 2 --policy flex "$@"

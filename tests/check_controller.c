@@ -93,19 +93,30 @@ START_TEST(test_critical)
 }
 END_TEST
 
-START_TEST(test_inv_bw)
+START_TEST(test_update_model)
 {
-    /* t = 6 alpha + b / B with B = 1e8: the estimate moves lambda of the way */
-    double alpha = 1e-5, b = 1e6, t = 6 * alpha + b / 1e8, x;
+    /* bandwidth-dominated: t = 6 alpha + b / 1e8, the estimate of 1/B moves
+     * lambda of the way; alpha stays */
+    double alpha = 1e-5, inv_bw = 1.0 / 1e9, b = 1e6, t = 6 * 1e-5 + b / 1e8;
+    double lo[2] = {1e-7, 1e-12}, hi[2] = {1e-2, 1.0};
 
-    x = ctl_update_inv_bw(1.0 / 1e9, t, 6, b, alpha, 0.5, 1e-12, 1.0);
-    ck_assert_double_eq_tol(x, 0.5 / 1e9 + 0.5 / 1e8, 1e-18);
-    x = ctl_update_inv_bw(1.0 / 1e8, t, 6, b, alpha, 1.0, 1e-12, 1.0);
-    ck_assert_double_eq_tol(x, 1.0 / 1e8, 1e-18);
+    ctl_update_model(&alpha, &inv_bw, t, 6, b, 0.5, lo, hi);
+    ck_assert_double_eq_tol(inv_bw, 0.5 / 1e9 + 0.5 / 1e8, 1e-18);
+    ck_assert_double_eq(alpha, 1e-5);
+    /* latency-dominated (8 bytes): alpha learns, 1/B stays */
+    inv_bw = 1.0 / 1e9;
+    ctl_update_model(&alpha, &inv_bw, 6 * 4e-5 + 8 / 1e9, 6, 8, 1.0, lo, hi);
+    ck_assert_double_eq_tol(alpha, 4e-5, 1e-15);
+    ck_assert_double_eq(inv_bw, 1.0 / 1e9);
     /* faster than the latency alone: the observation is 0, then clamped */
-    x = ctl_update_inv_bw(1.0 / 1e8, 0, 6, b, alpha, 1.0, 1e-10, 1.0);
-    ck_assert_double_eq(x, 1e-10);
-    ck_assert_double_eq(ctl_update_inv_bw(2.0, t, 0, 0, alpha, 1.0, 0, 10), 2.0);
+    inv_bw = 1.0 / 1e8;
+    ctl_update_model(&alpha, &inv_bw, 0, 6, b, 1.0, lo, hi);
+    ck_assert_double_eq(inv_bw, 1e-12);
+    /* nothing sent (N = 1), or no measurement: unchanged */
+    ctl_update_model(&alpha, &inv_bw, 1.0, 0, 0, 1.0, lo, hi);
+    ctl_update_model(&alpha, &inv_bw, -1.0, 6, b, 1.0, lo, hi);
+    ck_assert_double_eq(inv_bw, 1e-12);
+    ck_assert_double_eq_tol(alpha, 4e-5, 1e-15);
 }
 END_TEST
 
@@ -146,6 +157,14 @@ START_TEST(test_choose_rules)
     cand(&c[0], CTL_ARTOPK, 0.01, 0.1, 0.5);
     cand(&c[1], CTL_ARTOPK, 0.1, 0.1, 0.5);
     ck_assert_int_eq(ctl_choose(c, 2, 0.5, 0, 0), 1);
+    /* hysteresis: the current one stays unless beaten by more than the margin */
+    c[0].score = -0.50;
+    c[1].score = -0.47;
+    ck_assert_int_eq(ctl_hysteresis(c, 2, 1, 0, 0.05), 0);
+    ck_assert_int_eq(ctl_hysteresis(c, 2, 1, 0, 0.01), 1);
+    ck_assert_int_eq(ctl_hysteresis(c, 2, 1, -1, 0.05), 1);
+    c[0].score = -INFINITY; /* the current one is not allowed any more */
+    ck_assert_int_eq(ctl_hysteresis(c, 2, 1, 0, 0.05), 1);
     /* GraVAC: gain / time among gains >= 0.7 */
     cand(&c[0], CTL_DENSE_RING, 1.0, 1.0, 1.0);
     cand(&c[1], CTL_ARTOPK, 0.1, 0.2, 0.8);
@@ -336,7 +355,7 @@ int main(void)
     tcase_add_test(pure, test_terms);
     tcase_add_test(pure, test_hist_gain);
     tcase_add_test(pure, test_critical);
-    tcase_add_test(pure, test_inv_bw);
+    tcase_add_test(pure, test_update_model);
     tcase_add_test(pure, test_choose_rules);
     tcase_add_test(pure, test_choose_pareto);
     tcase_set_timeout(ranks, 240);

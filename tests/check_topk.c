@@ -26,18 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* check's ck_assert records a mark point (a write to a pipe) even when it
- * passes; these loops check millions of elements, so assert only on failure. */
-#define REQUIRE(cond)                                                             \
-    do {                                                                          \
-        if (!(cond))                                                              \
-            ck_abort_msg("%s:%d: assertion '%s' failed", __FILE__, __LINE__, #cond); \
-    } while (0)
-#define REQUIRE_MSG(cond, ...)                                                    \
-    do {                                                                          \
-        if (!(cond))                                                              \
-            ck_abort_msg(__VA_ARGS__);                                            \
-    } while (0)
+#include "tests/require.h"
 #define REQUIRE_EQ(a, b)                                                          \
     do {                                                                          \
         long long a_ = (long long)(a), b_ = (long long)(b);                      \

@@ -65,6 +65,14 @@ int main(int argc, char **argv)
     printf("# collectives: allreduce (ring, tree, rd), allgather (ring, rd/Bruck), broadcast "
            "(binomial, chain), reduce_scatter (ring), barrier (dissemination)\n");
     printf("# dtypes: float double half bfloat16 int32 int64; ops: sum prod min max avg\n");
+    printf("# compression (flx_gsync_*): ");
+    for (int m = 0; m < FLX_COMPRESS_COUNT; m++)
+        printf("%s%s", m ? " " : "", flx_compress_name((flx_compress_t)m));
+    printf("; top-k collectives: artopk allgather auto\n");
+    printf("# controller (flx_ctl_*): modes %s %s %s; flx-train policies: dense topk-ag artopk "
+           "powersgd accordion gravac selsync flex\n",
+           flx_ctl_mode_name(FLX_CTL_FLEX), flx_ctl_mode_name(FLX_CTL_ACCORDION),
+           flx_ctl_mode_name(FLX_CTL_GRAVAC));
     print_devices();
 #ifdef FLX_HAVE_VERBS
     ib_dev_print(stdout);

@@ -52,13 +52,17 @@ const char *nn_describe(const nn_t *nn);
 /* Forward + backward on a batch (batch <= max_batch): grads = d(mean
  * loss)/d(params), no weight decay.  Returns the mean loss; *correct_p (may
  * be NULL) gets the number of right predictions.  ready (may be NULL) is
- * called once per segment, last to first, during backprop. */
+ * called once per segment, last to first, during backprop; after the call
+ * nn_train_batch neither reads nor writes that segment of grads (it still
+ * reads params).  An empty or too large batch, NULL x or y, or a label not
+ * below classes: NaN and one log line, grads untouched, no callback. */
 float nn_train_batch(nn_t *nn, const float *x, const uint8_t *y, size_t batch, size_t *correct_p,
                      nn_grad_ready_fn ready, void *ctx);
 /* Forward only, in batches of max_batch: the number of right predictions;
- * *loss_p (may be NULL) gets the summed loss. */
+ * *loss_p (may be NULL) gets the summed loss (NaN after a bad label). */
 size_t nn_evaluate(nn_t *nn, const float *x, const uint8_t *y, size_t n, double *loss_p);
-/* Forward only on one batch: the mean loss (for gradient checks). */
+/* Forward only on one batch: the mean loss (for gradient checks), or NaN
+ * for a batch nn_train_batch would refuse. */
 double nn_loss(nn_t *nn, const float *x, const uint8_t *y, size_t batch);
 
 #endif

@@ -1,16 +1,20 @@
 /* flx-train -- data-parallel SGD over flexcoll.
  *
  * Every rank holds the same model (same seed), trains on its shard of each
- * epoch's shuffled training set, and averages gradients with one
- * flx_allreduce per step before a momentum-SGD update, so the weights stay
- * identical on every rank.  Launch with flxrun, mpirun or srun; alone it is
- * one rank. */
+ * epoch's shuffled training set and syncs every step by the chosen policy
+ * (trainer/sync.c): dense allreduce overlapped with backprop, static
+ * Top-k / AR-Topk / PowerSGD, the Accordion and GraVAC rules, SelSync, or
+ * flex, the controller (controller/).  Momentum SGD with weight decay and
+ * a step or cosine learning-rate schedule.  Launch with flxrun, mpirun or
+ * srun; alone it is one rank. */
 #include "flexcoll.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "trainer/data.h"
-#include "trainer/mlp.h"
+#include "trainer/nn.h"
 #include "trainer/rng.h"
+#include "trainer/sync.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -20,39 +24,70 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum { LR_STEP = 0, LR_COSINE, LR_CONST };
+
 typedef struct {
     const char *data_dir;
     int synthetic;
     int epochs;
     size_t batch;
     double lr;
+    int lr_schedule;
     double momentum;
     double weight_decay;
-    size_t hidden[MLP_MAX_LAYERS];
-    int nhidden;
+    char model[128];
     uint64_t seed;
     const char *log_path;
     long max_steps;
     size_t train_limit;
-    flx_algo_t algo;
+    long eval_every;
+    double time_limit;
+    int check_sync;
+    sync_opts_t sync;
 } train_opts_t;
 
 static void usage(FILE *out)
 {
     fprintf(out,
             "usage: flx-train [options]       (launch ranks with flxrun -n N, mpirun or srun)\n"
+            "data and model:\n"
             "  --data DIR         MNIST-format IDX files (default " FLX_FMNIST_DIR ")\n"
-            "  --synthetic        a synthetic 10-class task instead of files\n"
+            "  --synthetic        a synthetic 10-class task (64 features, 8x8) instead of files\n"
+            "  --model SPEC       mlp, mlp:A,B,... (hidden widths), cnn or cnn:C1,C2,F\n"
+            "                     (default mlp:256,256)\n"
+            "  --hidden A,B,...   same as --model mlp:A,B,...\n"
+            "optimiser:\n"
             "  --epochs N         epochs (default 2)\n"
             "  --batch B          examples per rank per step (default 64)\n"
-            "  --lr X             learning rate (default 0.05; x0.1 at 50%% and 75%% of epochs)\n"
+            "  --lr X             learning rate (default 0.05)\n"
+            "  --lr-schedule S    step (x0.1 at 50%% and 75%% of the epochs when there are\n"
+            "                     4 or more; default), cosine, or const\n"
             "  --momentum X       (default 0.9)        --weight-decay X (default 5e-4)\n"
-            "  --hidden A,B,...   hidden layer widths (default 256,256)\n"
             "  --seed S           initialisation and shuffling seed (default 1)\n"
+            "gradient sync:\n"
+            "  --policy P         dense, topk-ag, artopk, powersgd, accordion, gravac,\n"
+            "                     selsync or flex (default dense)\n"
+            "  --algo A           dense allreduce: auto|ring|tree|rd (default auto)\n"
+            "  --bucket BYTES     dense: bytes per overlapped allreduce (default 4M)\n"
+            "  --kept C           topk-ag, artopk: kept fraction (default 0.01)\n"
+            "  --leader L         artopk: star or var (default star)\n"
+            "  --psgd-rank R      powersgd: rank (default 4)\n"
+            "  --weight W         flex: weight of time against gain, [0, 1] (default 0.5)\n"
+            "  --eta X            accordion, flex: critical-regime threshold (default 0.5)\n"
+            "  --interval N       accordion, flex: steps per critical test; selsync: longest\n"
+            "                     run without a sync (default 50)\n"
+            "  --delta X          selsync: norm change that syncs (default 0.3)\n"
+            "  --min-gain X       gravac: gain threshold epsilon (default 0.7)\n"
+            "  --ctl-log FILE     accordion, gravac, flex: every decision with its inputs (rank 0)\n"
+            "run:\n"
             "  --max-steps N      at most N steps per epoch (quick runs)\n"
             "  --train-limit N    use only the first N training examples\n"
-            "  --algo A           allreduce algorithm: auto|ring|tree|rd (default auto)\n"
-            "  --log FILE         CSV, one row per step (rank 0)\n");
+            "  --eval-every N     also evaluate the test set every N steps\n"
+            "  --time-limit S     stop training after S seconds of training time (checked\n"
+            "                     every 10 steps)\n"
+            "  --log FILE         CSV, one row per step (rank 0)\n"
+            "  --check-sync       after every synchronised step, fail unless every rank\n"
+            "                     holds bit-identical weights (for tests)\n");
 }
 
 static int parse_list(const char *s, size_t *out, int max)
@@ -76,6 +111,15 @@ static int parse_list(const char *s, size_t *out, int max)
     return n;
 }
 
+static int parse_double(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+
+    errno = 0;
+    *out = strtod(s, &end);
+    return end != s && !*end && !errno && *out >= lo && *out <= hi ? 0 : -1;
+}
+
 static int parse_opts(int argc, char **argv, train_opts_t *o)
 {
     static const struct option longopts[] = {
@@ -86,42 +130,83 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         {"seed", required_argument, 0, 's'},  {"log", required_argument, 0, 'L'},
         {"max-steps", required_argument, 0, 'x'}, {"train-limit", required_argument, 0, 't'},
         {"algo", required_argument, 0, 'a'},  {"help", no_argument, 0, 'h'},
+        {"model", required_argument, 0, 'M'}, {"policy", required_argument, 0, 'P'},
+        {"lr-schedule", required_argument, 0, 'R'}, {"bucket", required_argument, 0, 'B'},
+        {"kept", required_argument, 0, 'k'},  {"leader", required_argument, 0, 'E'},
+        {"psgd-rank", required_argument, 0, 'r'}, {"weight", required_argument, 0, 'W'},
+        {"eta", required_argument, 0, 'n'},   {"interval", required_argument, 0, 'i'},
+        {"delta", required_argument, 0, 'D'}, {"min-gain", required_argument, 0, 'g'},
+        {"ctl-log", required_argument, 0, 'C'}, {"eval-every", required_argument, 0, 'v'},
+        {"time-limit", required_argument, 0, 'T'}, {"check-sync", no_argument, 0, 'Y'},
         {0, 0, 0, 0}};
-    int c;
+    int c, p, opt_index = 0;
+    size_t list[8];
     char *end;
 
     *o = (train_opts_t){.data_dir = FLX_FMNIST_DIR, .epochs = 2, .batch = 64, .lr = 0.05,
-                        .momentum = 0.9, .weight_decay = 5e-4, .hidden = {256, 256},
-                        .nhidden = 2, .seed = 1, .max_steps = -1};
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+                        .momentum = 0.9, .weight_decay = 5e-4, .model = "mlp:256,256",
+                        .seed = 1, .max_steps = -1};
+    o->sync = (sync_opts_t){.policy = POL_DENSE, .algo = FLX_ALGO_AUTO,
+                            .bucket_bytes = 4u << 20, .kept = 0.01, .psgd_rank = 4,
+                            .leader = FLX_LEADER_STAR, .weight = 0.5, .eta = 0.5,
+                            .interval = 50, .delta = 0.3};
+    while ((c = getopt_long(argc, argv, "h", longopts, &opt_index)) != -1) {
         errno = 0;
         switch (c) {
         case 'd': o->data_dir = optarg; break;
         case 'S': o->synthetic = 1; break;
         case 'e': o->epochs = (int)strtol(optarg, &end, 10); if (*end || o->epochs < 1) goto bad; break;
         case 'b': o->batch = strtoul(optarg, &end, 10); if (*end || o->batch < 1 || o->batch > 65536) goto bad; break;
-        case 'l': o->lr = strtod(optarg, &end); if (*end || !(o->lr > 0)) goto bad; break;
-        case 'm': o->momentum = strtod(optarg, &end); if (*end || o->momentum < 0 || o->momentum >= 1) goto bad; break;
-        case 'w': o->weight_decay = strtod(optarg, &end); if (*end || o->weight_decay < 0) goto bad; break;
-        case 'H': o->nhidden = parse_list(optarg, o->hidden, MLP_MAX_LAYERS - 1); if (o->nhidden < 0) goto bad; break;
-        case 's': o->seed = strtoull(optarg, &end, 10); if (*end) goto bad; break;
+        case 'l': if (parse_double(optarg, 1e-9, 100, &o->lr)) goto bad; break;
+        case 'm': if (parse_double(optarg, 0, 0.999999, &o->momentum)) goto bad; break;
+        case 'w': if (parse_double(optarg, 0, 1, &o->weight_decay)) goto bad; break;
+        case 'H':
+            if (parse_list(optarg, list, 8) < 0 || strlen(optarg) > sizeof(o->model) - 5) goto bad;
+            snprintf(o->model, sizeof(o->model), "mlp:%s", optarg);
+            break;
+        case 'M': if (strlen(optarg) >= sizeof(o->model)) goto bad; strcpy(o->model, optarg); break;
+        case 's': o->seed = strtoull(optarg, &end, 10); if (*end || !*optarg) goto bad; break;
         case 'L': o->log_path = optarg; break;
         case 'x': o->max_steps = strtol(optarg, &end, 10); if (*end || o->max_steps < 1) goto bad; break;
         case 't': o->train_limit = strtoul(optarg, &end, 10); if (*end || o->train_limit < 1) goto bad; break;
+        case 'v': o->eval_every = strtol(optarg, &end, 10); if (*end || o->eval_every < 1) goto bad; break;
+        case 'T': if (parse_double(optarg, 0.001, 1e7, &o->time_limit)) goto bad; break;
         case 'a':
-            if (!strcmp(optarg, "auto")) o->algo = FLX_ALGO_AUTO;
-            else if (!strcmp(optarg, "ring")) o->algo = FLX_ALGO_RING;
-            else if (!strcmp(optarg, "tree")) o->algo = FLX_ALGO_TREE;
-            else if (!strcmp(optarg, "rd")) o->algo = FLX_ALGO_RD;
+            if (!strcmp(optarg, "auto")) o->sync.algo = FLX_ALGO_AUTO;
+            else if (!strcmp(optarg, "ring")) o->sync.algo = FLX_ALGO_RING;
+            else if (!strcmp(optarg, "tree")) o->sync.algo = FLX_ALGO_TREE;
+            else if (!strcmp(optarg, "rd")) o->sync.algo = FLX_ALGO_RD;
             else goto bad;
             break;
+        case 'P': if ((p = policy_parse(optarg)) < 0) goto bad; o->sync.policy = (policy_t)p; break;
+        case 'R':
+            if (!strcmp(optarg, "step")) o->lr_schedule = LR_STEP;
+            else if (!strcmp(optarg, "cosine")) o->lr_schedule = LR_COSINE;
+            else if (!strcmp(optarg, "const")) o->lr_schedule = LR_CONST;
+            else goto bad;
+            break;
+        case 'B': if (flx_parse_size(optarg, &o->sync.bucket_bytes) || o->sync.bucket_bytes < 1024) goto bad; break;
+        case 'k': if (parse_double(optarg, 1e-6, 1, &o->sync.kept)) goto bad; break;
+        case 'E':
+            if (!strcmp(optarg, "star")) o->sync.leader = FLX_LEADER_STAR;
+            else if (!strcmp(optarg, "var")) o->sync.leader = FLX_LEADER_VAR;
+            else goto bad;
+            break;
+        case 'r': o->sync.psgd_rank = (int)strtol(optarg, &end, 10); if (*end || o->sync.psgd_rank < 1) goto bad; break;
+        case 'W': if (parse_double(optarg, 0, 1, &o->sync.weight)) goto bad; break;
+        case 'n': if (parse_double(optarg, 1e-6, 100, &o->sync.eta)) goto bad; break;
+        case 'i': o->sync.interval = (int)strtol(optarg, &end, 10); if (*end || o->sync.interval < 1) goto bad; break;
+        case 'D': if (parse_double(optarg, 0, 100, &o->sync.delta)) goto bad; break;
+        case 'g': if (parse_double(optarg, 0.000001, 1, &o->sync.min_gain)) goto bad; break;
+        case 'C': o->sync.ctl_log = optarg; break;
+        case 'Y': o->check_sync = 1; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
         continue;
     bad:
-        fprintf(stderr, "flx-train: bad value '%s' for --%s\n", optarg,
-                longopts[0].name ? argv[optind - 1] + 2 : "?");
+        fprintf(stderr, "flx-train: bad value '%s' for --%s (see --help)\n", optarg,
+                longopts[opt_index].name);
         return -1;
     }
     if (optind < argc) {
@@ -130,7 +215,6 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
     }
     return 0;
 }
-
 static void shuffle(size_t *idx, size_t n, uint64_t seed)
 {
     rng_t rng;
@@ -146,15 +230,15 @@ static void shuffle(size_t *idx, size_t n, uint64_t seed)
 }
 
 /* test accuracy over every rank's shard of the test set */
-static flx_status_t evaluate(flx_comm_h comm, mlp_t *mlp, const data_set_t *test,
-                             double *acc_p, double *loss_p)
+static flx_status_t evaluate(flx_comm_h comm, nn_t *nn, const data_set_t *test, double *acc_p,
+                             double *loss_p)
 {
     int rank = flx_comm_rank(comm), size = flx_comm_size(comm);
     size_t lo = test->n * (size_t)rank / (size_t)size, hi = test->n * (size_t)(rank + 1) / (size_t)size;
     double loss = 0, sums[3];
     flx_status_t st;
 
-    sums[0] = (double)mlp_evaluate(mlp, test->x + lo * test->dim, test->y + lo, hi - lo, &loss);
+    sums[0] = (double)nn_evaluate(nn, test->x + lo * test->dim, test->y + lo, hi - lo, &loss);
     sums[1] = loss;
     sums[2] = (double)(hi - lo);
     st = flx_allreduce(comm, sums, sums, 3, FLX_FLOAT64, FLX_SUM, FLX_ALGO_AUTO);
@@ -165,172 +249,313 @@ static flx_status_t evaluate(flx_comm_h comm, mlp_t *mlp, const data_set_t *test
     return FLX_OK;
 }
 
-int main(int argc, char **argv)
+/* --check-sync: FLX_OK if every rank's weights hash the same; else one
+ * line and FLX_ERR_MISMATCH */
+static flx_status_t check_weights(flx_comm_h comm, const float *p, size_t n, long step)
 {
-    train_opts_t o;
-    data_set_t train = {0}, test = {0};
-    flx_comm_h comm = NULL;
-    mlp_t *mlp = NULL;
-    size_t dims[MLP_MAX_LAYERS + 1], *order = NULL;
-    float *velocity = NULL, *xb = NULL;
-    uint8_t *yb = NULL;
-    FILE *log = NULL;
+    const unsigned char *b = (const unsigned char *)p;
+    uint64_t h = 1469598103934665603ull;
+    double v[2];
     flx_status_t st;
-    int rank, size, rc = 1;
-    double t_start, bytes_total = 0;
-    long step_global = 0;
 
-    if (parse_opts(argc, argv, &o) != 0)
-        return 2;
-    openblas_set_num_threads(1);
-    st = flx_comm_create(NULL, &comm);
-    if (st != FLX_OK) {
-        fprintf(stderr, "flx-train: cannot create the communicator: %s\n", flx_status_string(st));
-        return 1;
+    for (size_t i = 0; i < n * sizeof(float); i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    v[0] = (double)(h >> 12);  /* max of x and of -x: equal only if all are */
+    v[1] = -(double)(h >> 12);
+    st = flx_allreduce(comm, v, v, 2, FLX_FLOAT64, FLX_MAX, FLX_ALGO_AUTO);
+    if (st != FLX_OK)
+        return st;
+    if (v[0] != -v[1]) {
+        fprintf(stderr, "flx-train: rank %d: weights differ between ranks after step %ld\n",
+                flx_comm_rank(comm), step);
+        return FLX_ERR_MISMATCH;
     }
-    rank = flx_comm_rank(comm);
-    size = flx_comm_size(comm);
-    if (o.synthetic) {
-        st = data_synthetic(o.train_limit ? o.train_limit : 6000, 32, 10, o.seed, &train);
-        if (st == FLX_OK)
-            st = data_synthetic(2000, 32, 10, o.seed + 1000, &test);
+    return FLX_OK;
+}
+
+/* the learning rate of step t of total (epoch e of epochs) */
+static double lr_at(const train_opts_t *o, int epoch, double t, double total)
+{
+    double lr = o->lr;
+
+    switch (o->lr_schedule) {
+    case LR_COSINE:
+        return 0.5 * lr * (1.0 + cos(M_PI * t / total));
+    case LR_STEP:
+        if (o->epochs >= 4 && epoch >= o->epochs / 2)
+            lr *= 0.1;
+        if (o->epochs >= 4 && epoch >= o->epochs * 3 / 4)
+            lr *= 0.1;
+        return lr;
+    default:
+        return lr;
+    }
+}
+
+/* channels x height x width of a dataset's examples: square images */
+static void data_shape(const data_set_t *d, size_t *c, size_t *h, size_t *w)
+{
+    size_t side = (size_t)(sqrt((double)d->dim) + 0.5);
+
+    *c = 1;
+    if (side * side == d->dim) {
+        *h = *w = side;
     } else {
-        st = data_load_idx(o.data_dir, "train", &train);
-        if (st == FLX_OK)
-            st = data_load_idx(o.data_dir, "t10k", &test);
-        if (st == FLX_OK && o.train_limit && o.train_limit < train.n)
-            train.n = o.train_limit;
+        *h = 1;
+        *w = d->dim;
     }
-    if (st != FLX_OK) {
-        fprintf(stderr, "flx-train: rank %d: no data: %s\n", rank, flx_status_string(st));
-        goto out;
-    }
-    dims[0] = train.dim;
-    for (int i = 0; i < o.nhidden; i++)
-        dims[i + 1] = o.hidden[i];
-    dims[o.nhidden + 1] = (size_t)train.classes;
-    st = mlp_create(dims, o.nhidden + 1, o.batch > 256 ? o.batch : 256, o.seed, &mlp);
-    if (st != FLX_OK) {
-        fprintf(stderr, "flx-train: cannot build the model: %s\n", flx_status_string(st));
-        goto out;
-    }
-    /* the gradient lives as long as the run: registered once (ib) */
-    st = flx_mem_register(comm, mlp->grads, mlp->nparams * sizeof(float));
-    if (st != FLX_OK) {
-        fprintf(stderr, "flx-train: cannot register the gradient buffer: %s\n",
+}
+
+typedef struct {
+    train_opts_t o;
+    flx_comm_h comm;
+    int rank, size;
+    data_set_t train, test;
+    nn_t *nn;
+    sync_t *sync;
+    FILE *log;
+    double clock;        /* training time so far, evaluation excluded */
+    double bytes_total;
+} run_t;
+
+static int run_evaluate(run_t *r, double *acc_p)
+{
+    double loss;
+    flx_status_t st = evaluate(r->comm, r->nn, &r->test, acc_p, &loss);
+
+    if (st != FLX_OK)
+        fprintf(stderr, "flx-train: rank %d: evaluation failed: %s\n", r->rank,
                 flx_status_string(st));
-        goto out;
-    }
-    velocity = calloc(mlp->nparams, sizeof(float));
-    order = malloc(train.n * sizeof(size_t));
-    xb = malloc(o.batch * train.dim * sizeof(float));
-    yb = malloc(o.batch);
-    if (velocity == NULL || order == NULL || xb == NULL || yb == NULL) {
+    return st == FLX_OK ? 0 : -1;
+}
+
+static int train(run_t *r)
+{
+    const train_opts_t *o = &r->o;
+    size_t n = nn_nparams(r->nn), *order = NULL, steps_per_epoch;
+    float *velocity = calloc(n, sizeof(float)), *xb = malloc(o->batch * r->train.dim * sizeof(float));
+    float *params = nn_params(r->nn), *grads = nn_grads(r->nn);
+    uint8_t *yb = malloc(o->batch);
+    double prev_lr = -1, acc = 0;
+    long step = 0, total_steps;
+    int rc = -1, stop = 0;
+
+    order = malloc(r->train.n * sizeof(size_t));
+    if (velocity == NULL || xb == NULL || yb == NULL || order == NULL) {
         fprintf(stderr, "flx-train: out of memory\n");
         goto out;
     }
-    if (rank == 0 && o.log_path) {
-        log = fopen(o.log_path, "w");
-        if (log == NULL) {
-            fprintf(stderr, "flx-train: cannot write %s: %s\n", o.log_path, strerror(errno));
-            goto out;
-        }
-        fprintf(log, "step,epoch,time_s,loss,collective,algorithm,kept_fraction,bytes,"
-                     "select_s,comm_s,compute_s,gain,critical\n");
-    }
-    if (rank == 0)
-        printf("flx-train: %d ranks over %s, %s: %zu train / %zu test examples, MLP %zu",
-               size, flx_comm_net_name(comm), o.synthetic ? "synthetic task" : o.data_dir,
-               train.n, test.n, dims[0]);
-    for (int l = 1; rank == 0 && l <= o.nhidden + 1; l++)
-        printf("-%zu", dims[l]);
-    if (rank == 0)
-        printf(" (%zu parameters), batch %zu per rank\n", mlp->nparams, o.batch);
+    steps_per_epoch = r->train.n / (o->batch * (size_t)r->size);
+    if (o->max_steps > 0 && steps_per_epoch > (size_t)o->max_steps)
+        steps_per_epoch = (size_t)o->max_steps;
+    total_steps = (long)steps_per_epoch * o->epochs;
+    for (int epoch = 0; epoch < o->epochs && !stop; epoch++) {
+        double loss_sum = 0, t_epoch = r->clock, comm_time = 0, compute_time = 0, bytes_epoch = 0;
+        size_t correct = 0, seen = 0, s;
+        char summary[256];
 
-    t_start = flx_time_now();
-    for (int epoch = 0; epoch < o.epochs; epoch++) {
-        size_t steps = train.n / (o.batch * (size_t)size);
-        double lr = o.lr, loss_sum = 0, t_epoch = flx_time_now(), comm_time = 0, acc, tloss;
-        size_t correct = 0, seen = 0;
-        flx_algo_t algo = flx_allreduce_algo(comm, mlp->nparams, FLX_FLOAT32);
-
-        if (o.epochs >= 4 && epoch >= o.epochs / 2)
-            lr *= 0.1;
-        if (o.epochs >= 4 && epoch >= o.epochs * 3 / 4)
-            lr *= 0.1;
-        if (o.max_steps > 0 && steps > (size_t)o.max_steps)
-            steps = (size_t)o.max_steps;
-        shuffle(order, train.n, o.seed * 1000003u + (uint64_t)epoch);
-        if (o.algo != FLX_ALGO_AUTO)
-            algo = o.algo;
-        for (size_t s = 0; s < steps; s++, step_global++) {
-            double t0 = flx_time_now(), t1, t2;
+        shuffle(order, r->train.n, o->seed * 1000003u + (uint64_t)epoch);
+        for (s = 0; s < steps_per_epoch; s++, step++) {
+            double lr = lr_at(o, epoch, (double)step, (double)total_steps), t0, t1, t2, test_acc = -1;
             size_t c;
             float loss;
+            sync_report_t rep;
+            flx_status_t st;
 
-            for (size_t i = 0; i < o.batch; i++) {
-                size_t ex = order[(s * (size_t)size + (size_t)rank) * o.batch + i];
-                memcpy(xb + i * train.dim, train.x + ex * train.dim, train.dim * sizeof(float));
-                yb[i] = train.y[ex];
+            /* a decay (a step, or cosine passing 1/10, 1/100, ... of the
+             * initial rate): Accordion's low compression for an interval */
+            if (prev_lr > 0 && floor(log10(o->lr / lr) + 1e-9) > floor(log10(o->lr / prev_lr) + 1e-9))
+                sync_lr_changed(r->sync);
+            prev_lr = lr;
+            for (size_t i = 0; i < o->batch; i++) {
+                size_t ex = order[(s * (size_t)r->size + (size_t)r->rank) * o->batch + i];
+                memcpy(xb + i * r->train.dim, r->train.x + ex * r->train.dim,
+                       r->train.dim * sizeof(float));
+                yb[i] = r->train.y[ex];
             }
-            loss = mlp_train_batch(mlp, xb, yb, o.batch, &c);
+            t0 = flx_time_now();
+            loss = nn_train_batch(r->nn, xb, yb, o->batch, &c, sync_grad_ready, r->sync);
             t1 = flx_time_now();
-            st = flx_allreduce(comm, mlp->grads, mlp->grads, mlp->nparams, FLX_FLOAT32, FLX_AVG,
-                               o.algo);
+            st = sync_gradients(r->sync, t1 - t0, &rep);
+            if (st == FLX_OK) {
+                for (size_t i = 0; i < n; i++) {
+                    float g = grads[i] + (float)o->weight_decay * params[i];
+                    velocity[i] = (float)o->momentum * velocity[i] + g;
+                    params[i] -= (float)lr * velocity[i];
+                }
+                st = sync_after_update(r->sync, &rep);
+            }
+            if (st == FLX_OK && o->check_sync && rep.synced)
+                st = check_weights(r->comm, params, n, step);
             if (st != FLX_OK) {
-                fprintf(stderr, "flx-train: rank %d: gradient allreduce failed at step %ld: %s\n",
-                        rank, step_global, flx_status_string(st));
+                fprintf(stderr, "flx-train: rank %d: gradient sync (%s) failed at step %ld: %s\n",
+                        r->rank, policy_name(o->sync.policy), step, flx_status_string(st));
                 goto out;
             }
             t2 = flx_time_now();
-            for (size_t i = 0; i < mlp->nparams; i++) {
-                float g = mlp->grads[i] + (float)o.weight_decay * mlp->params[i];
-                velocity[i] = (float)o.momentum * velocity[i] + g;
-                mlp->params[i] -= (float)lr * velocity[i];
-            }
+            r->clock += t2 - t0;
             loss_sum += loss;
             correct += c;
-            seen += o.batch;
-            comm_time += t2 - t1;
-            bytes_total += size > 1 ? 2.0 * (size - 1) / size * (double)mlp->nparams * 4 : 0;
-            if (log)
-                fprintf(log, "%ld,%d,%.6f,%.5f,allreduce,%s,1,%.0f,0,%.6f,%.6f,1,0\n",
-                        step_global, epoch + 1, t2 - t_start, loss, flx_algo_name(algo),
-                        size > 1 ? 2.0 * (size - 1) / size * (double)mlp->nparams * 4 : 0.0,
-                        t2 - t1, t1 - t0);
+            seen += o->batch;
+            comm_time += rep.comm_s;
+            compute_time += t1 - t0;
+            bytes_epoch += rep.bytes;
+            if (o->time_limit > 0 && step % 10 == 9) { /* the ranks' clocks differ: agree */
+                double t = r->clock;
+
+                st = flx_allreduce(r->comm, &t, &t, 1, FLX_FLOAT64, FLX_MAX, FLX_ALGO_AUTO);
+                if (st != FLX_OK) {
+                    fprintf(stderr, "flx-train: rank %d: %s\n", r->rank, flx_status_string(st));
+                    goto out;
+                }
+                stop = t >= o->time_limit;
+            }
+            if (o->eval_every > 0 && (step + 1) % o->eval_every == 0 && s + 1 < steps_per_epoch &&
+                !stop) {
+                if (run_evaluate(r, &test_acc) != 0)
+                    goto out;
+            }
+            if (r->log) {
+                fprintf(r->log, "%ld,%d,%.6f,%.5f,%s,%s,%.6g,%.0f,%.6f,%.6f,%.6f,%.4f,%d,%d,",
+                        step, epoch + 1, r->clock, loss, policy_name(o->sync.policy),
+                        rep.collective, rep.kept, rep.bytes, rep.select_s, rep.comm_s, t1 - t0,
+                        rep.gain, rep.critical, rep.synced);
+                if (test_acc >= 0)
+                    fprintf(r->log, "%.2f", 100.0 * test_acc);
+                fprintf(r->log, ",%.6f,%.6f,%.6g\n", rep.decide_s, rep.agree_s, lr);
+            }
+            if (stop)
+                break;
         }
-        st = evaluate(comm, mlp, &test, &acc, &tloss);
-        if (st != FLX_OK) {
-            fprintf(stderr, "flx-train: rank %d: evaluation failed: %s\n", rank,
-                    flx_status_string(st));
+        if (s < steps_per_epoch)
+            s++; /* the step that hit the time limit */
+        r->bytes_total += bytes_epoch;
+        if (run_evaluate(r, &acc) != 0)
             goto out;
+        if (r->log) { /* the epoch's evaluation belongs to its last step */
+            fprintf(r->log, "%ld,%d,%.6f,,%s,eval,,0,,,,,,,%.2f,,,\n", step - (stop ? 0 : 1),
+                    epoch + 1, r->clock, policy_name(o->sync.policy), 100.0 * acc);
+            fflush(r->log);
         }
-        if (rank == 0) {
-            double dt = flx_time_now() - t_epoch;
-            printf("epoch %d/%d  loss %.4f  train-acc %.2f%%  test-acc %.2f%%  "
-                   "images/s %.0f  comm %.0f%%  bytes/rank %.1f MB  lr %.4g  algo %s\n",
-                   epoch + 1, o.epochs, steps ? loss_sum / (double)steps : 0.0,
+        sync_summary(r->sync, summary, sizeof(summary));
+        if (r->rank == 0) {
+            double dt = r->clock - t_epoch;
+            printf("epoch %d/%d  loss %.4f  train-acc %.2f%%  test-acc %.2f%%  images/s %.0f  "
+                   "step %.1f ms (compute %.1f, comm %.1f)  sent %.1f MB  lr %.4g  %s: %s\n",
+                   epoch + 1, o->epochs, s ? loss_sum / (double)s : 0.0,
                    seen ? 100.0 * (double)correct / (double)seen : 0.0, 100.0 * acc,
-                   (double)(seen * (size_t)size) / dt, dt > 0 ? 100.0 * comm_time / dt : 0.0,
-                   bytes_total / 1e6, lr, flx_algo_name(algo));
+                   dt > 0 ? (double)(seen * (size_t)r->size) / dt : 0.0,
+                   s ? 1e3 * dt / (double)s : 0.0, s ? 1e3 * compute_time / (double)s : 0.0,
+                   s ? 1e3 * comm_time / (double)s : 0.0, bytes_epoch / 1e6, prev_lr,
+                   policy_name(o->sync.policy), summary);
             fflush(stdout);
         }
     }
-    if (rank == 0)
-        printf("flx-train: done in %.1f s\n", flx_time_now() - t_start);
+    if (r->rank == 0)
+        printf("flx-train: final test-acc %.2f%%, %.1f s of training, %.1f MB sent per rank\n",
+               100.0 * acc, r->clock, r->bytes_total / 1e6);
     rc = 0;
 out:
-    if (log)
-        fclose(log);
     free(velocity);
     free(order);
     free(xb);
     free(yb);
-    if (mlp && comm)
-        flx_mem_deregister(comm, mlp->grads);
-    mlp_destroy(mlp);
-    data_free(&train);
-    data_free(&test);
-    flx_comm_destroy(comm);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    run_t r;
+    size_t ch, h, w;
+    flx_status_t st;
+    int rc = 1;
+    double t_start = flx_time_now();
+
+    memset(&r, 0, sizeof(r));
+    if (parse_opts(argc, argv, &r.o) != 0)
+        return 2;
+    openblas_set_num_threads(1);
+    st = flx_comm_create(NULL, &r.comm);
+    if (st != FLX_OK) {
+        fprintf(stderr, "flx-train: cannot create the communicator: %s\n", flx_status_string(st));
+        return 1;
+    }
+    r.rank = flx_comm_rank(r.comm);
+    r.size = flx_comm_size(r.comm);
+    if (r.o.synthetic) {
+        st = data_synthetic(r.o.train_limit ? r.o.train_limit : 6000, 64, 10, r.o.seed, &r.train);
+        if (st == FLX_OK)
+            st = data_synthetic(2000, 64, 10, r.o.seed + 1000, &r.test);
+    } else {
+        st = data_load_idx(r.o.data_dir, "train", &r.train);
+        if (st == FLX_OK)
+            st = data_load_idx(r.o.data_dir, "t10k", &r.test);
+        if (st == FLX_OK && r.o.train_limit && r.o.train_limit < r.train.n)
+            r.train.n = r.o.train_limit;
+    }
+    if (st != FLX_OK) {
+        fprintf(stderr, "flx-train: rank %d: no data: %s\n", r.rank, flx_status_string(st));
+        goto out;
+    }
+    if (r.train.n < r.o.batch * (size_t)r.size) {
+        fprintf(stderr, "flx-train: %zu training examples are fewer than one step's %zu\n",
+                r.train.n, r.o.batch * (size_t)r.size);
+        goto out;
+    }
+    data_shape(&r.train, &ch, &h, &w);
+    /* evaluation runs in chunks of max_batch; a CNN keeps every layer's
+     * columns for max_batch examples, so it gets just the batch */
+    st = nn_create(r.o.model, ch, h, w, r.train.classes,
+                   strncmp(r.o.model, "cnn", 3) && r.o.batch < 256 ? 256 : r.o.batch, r.o.seed,
+                   &r.nn);
+    if (st != FLX_OK) {
+        fprintf(stderr, "flx-train: cannot build the model '%s': %s\n", r.o.model,
+                flx_status_string(st));
+        goto out;
+    }
+    /* the gradient and the weights live as long as the run: registered once (ib) */
+    st = flx_mem_register(r.comm, nn_grads(r.nn), nn_nparams(r.nn) * sizeof(float));
+    if (st == FLX_OK)
+        st = flx_mem_register(r.comm, nn_params(r.nn), nn_nparams(r.nn) * sizeof(float));
+    if (st == FLX_OK)
+        st = sync_create(r.comm, r.nn, &r.o.sync, &r.sync);
+    if (st != FLX_OK) {
+        fprintf(stderr, "flx-train: cannot set up the %s gradient sync: %s\n",
+                policy_name(r.o.sync.policy), flx_status_string(st));
+        goto out;
+    }
+    if (r.rank == 0 && r.o.log_path) {
+        r.log = fopen(r.o.log_path, "w");
+        if (r.log == NULL) {
+            fprintf(stderr, "flx-train: cannot write %s: %s\n", r.o.log_path, strerror(errno));
+            goto out;
+        }
+        fprintf(r.log, "step,epoch,time_s,loss,policy,collective,kept_fraction,bytes,select_s,"
+                       "comm_s,compute_s,gain,critical,synced,test_acc,decide_s,agree_s,lr\n");
+    }
+    if (r.rank == 0) {
+        printf("flx-train: %d ranks over %s, %s: %zu train / %zu test examples, %s "
+               "(%zu parameters), batch %zu per rank, policy %s\n",
+               r.size, flx_comm_net_name(r.comm), r.o.synthetic ? "synthetic task" : r.o.data_dir,
+               r.train.n, r.test.n, nn_describe(r.nn), nn_nparams(r.nn), r.o.batch,
+               policy_name(r.o.sync.policy));
+        fflush(stdout);
+    }
+    if (train(&r) == 0)
+        rc = 0;
+    if (r.rank == 0 && rc == 0)
+        printf("flx-train: done in %.1f s\n", flx_time_now() - t_start);
+out:
+    if (r.log)
+        fclose(r.log);
+    sync_destroy(r.sync);
+    if (r.nn && r.comm) {
+        flx_mem_deregister(r.comm, nn_grads(r.nn));
+        flx_mem_deregister(r.comm, nn_params(r.nn));
+    }
+    nn_destroy(r.nn);
+    data_free(&r.train);
+    data_free(&r.test);
+    flx_comm_destroy(r.comm);
     return rc;
 }

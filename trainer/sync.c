@@ -1,0 +1,414 @@
+/* sync.c -- flx-train's gradient-sync policies (sync.h).
+ *
+ *   dense      the gradient's layers are cut into buckets of about
+ *              bucket_bytes, last layer first; each bucket's flx_iallreduce
+ *              starts as soon as backprop has finished its layers, so the
+ *              transfer overlaps the backprop of the layers below it
+ *   topk-ag, artopk, powersgd
+ *              one flx_gsync over the whole gradient, static settings
+ *   accordion, gravac, flex
+ *              flx_ctl (controller/), one decision per step
+ *   selsync    every rank steps on its own gradient; the ranks agree on
+ *              the largest relative change of the smoothed gradient norm,
+ *              and when it is >= delta (or interval steps went by without
+ *              a sync) they average the weights
+ */
+#include "trainer/sync.h"
+#include "compress/cmp.h"
+#include "common/log.h"
+#include "common/time.h"
+#include "common/util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SYNC_MAX_BUCKETS 64
+#define SELSYNC_SMOOTH 0.25 /* weight of the newest norm in SelSync's EWMA */
+
+typedef struct {
+    int seg_lo, seg_hi;      /* segments [seg_lo, seg_hi], contiguous     */
+    size_t off, len;         /* floats                                    */
+    flx_request_h req;
+} bucket_t;
+
+struct sync {
+    flx_comm_h comm;
+    nn_t *nn;
+    sync_opts_t o;
+    int N, rank;
+    size_t n;
+    /* dense */
+    bucket_t bucket[SYNC_MAX_BUCKETS];
+    int nbuckets;
+    flx_status_t launch_st;  /* first failure of a launch in the callback */
+    /* gsync policies */
+    flx_gsync_h gs;
+    /* controller policies */
+    flx_ctl_h ctl;
+    /* selsync */
+    double norm_ema;
+    int since_sync;
+    int sync_now;
+    /* summary since the last sync_summary */
+    long steps, by_coll[8];
+    double kept_sum;
+    long critical_steps;
+};
+
+static const char *const policy_names[POL_COUNT] = {
+    "dense", "topk-ag", "artopk", "powersgd", "accordion", "gravac", "selsync", "flex"};
+
+static const char *const coll_names[8] = {"dense-ring", "dense-tree", "dense-rd", "artopk",
+                                          "topk-ag",    "powersgd",   "skip",     "dense"};
+
+const char *policy_name(policy_t p) { return p < POL_COUNT ? policy_names[p] : "?"; }
+
+int policy_parse(const char *name)
+{
+    for (int p = 0; p < POL_COUNT; p++)
+        if (!strcmp(name, policy_names[p]))
+            return p;
+    return -1;
+}
+
+static int coll_index(const char *name)
+{
+    for (int i = 0; i < 8; i++)
+        if (!strcmp(name, coll_names[i]))
+            return i;
+    return 7;
+}
+
+static const char *dense_name(flx_algo_t algo)
+{
+    switch (algo) {
+    case FLX_ALGO_RING: return "dense-ring";
+    case FLX_ALGO_TREE: return "dense-tree";
+    case FLX_ALGO_RD: return "dense-rd";
+    default: return "dense";
+    }
+}
+
+/* buckets of whole segments, last segment first; a bucket closes when it
+ * holds bucket_bytes (the last one takes what is left over when there are
+ * more segments than buckets) */
+static void sync_buckets(sync_t *s)
+{
+    int nseg = nn_nsegments(s->nn), hi = nseg - 1;
+    size_t bytes = 0;
+
+    s->nbuckets = 0;
+    for (int seg = nseg - 1; seg >= 0; seg--) {
+        nn_segment_t lo = nn_segment(s->nn, seg), top = nn_segment(s->nn, hi);
+        bucket_t *b;
+
+        bytes += lo.len * sizeof(float);
+        if (seg > 0 && (bytes < s->o.bucket_bytes || s->nbuckets == SYNC_MAX_BUCKETS - 1))
+            continue;
+        b = &s->bucket[s->nbuckets++];
+        b->seg_lo = seg;
+        b->seg_hi = hi;
+        b->off = lo.off;
+        b->len = top.off + top.len - lo.off;
+        b->req = NULL;
+        hi = seg - 1;
+        bytes = 0;
+    }
+}
+
+flx_status_t sync_create(flx_comm_h comm, nn_t *nn, const sync_opts_t *o, sync_t **sync_p)
+{
+    sync_t *s = calloc(1, sizeof(*s));
+    flx_status_t st = FLX_OK;
+
+    *sync_p = NULL;
+    if (s == NULL)
+        return FLX_ERR_NO_MEMORY;
+    s->comm = comm;
+    s->nn = nn;
+    s->o = *o;
+    s->N = flx_comm_size(comm);
+    s->rank = flx_comm_rank(comm);
+    s->n = nn_nparams(nn);
+    switch (o->policy) {
+    case POL_DENSE:
+        sync_buckets(s);
+        break;
+    case POL_TOPK_AG:
+    case POL_ARTOPK:
+    case POL_POWERSGD: {
+        flx_gsync_opts_t go;
+
+        flx_gsync_opts_default(&go);
+        go.field_mask = FLX_GSYNC_OPT_METHOD | FLX_GSYNC_OPT_KEPT_FRACTION;
+        go.kept_fraction = o->kept;
+        if (o->policy == POL_POWERSGD) {
+            go.method = FLX_COMPRESS_POWERSGD;
+            go.field_mask |= FLX_GSYNC_OPT_POWERSGD_RANK;
+            go.powersgd_rank = o->psgd_rank;
+        } else {
+            go.method = FLX_COMPRESS_TOPK;
+            go.field_mask |= FLX_GSYNC_OPT_COLLECTIVE | FLX_GSYNC_OPT_LEADER;
+            go.collective = o->policy == POL_TOPK_AG ? FLX_GSYNC_COLL_ALLGATHER
+                                                     : FLX_GSYNC_COLL_ARTOPK;
+            go.leader = o->leader;
+        }
+        st = flx_gsync_create(comm, s->n, &go, &s->gs);
+        break;
+    }
+    case POL_ACCORDION:
+    case POL_GRAVAC:
+    case POL_FLEX: {
+        flx_ctl_opts_t co;
+        int nseg = nn_nsegments(nn);
+
+        flx_ctl_opts_default(&co);
+        co.field_mask = FLX_CTL_OPT_MODE | FLX_CTL_OPT_WEIGHT | FLX_CTL_OPT_ETA |
+                        FLX_CTL_OPT_INTERVAL | FLX_CTL_OPT_SEGMENTS;
+        co.mode = o->policy == POL_FLEX        ? FLX_CTL_FLEX
+                  : o->policy == POL_ACCORDION ? FLX_CTL_ACCORDION
+                                               : FLX_CTL_GRAVAC;
+        co.weight = o->weight;
+        co.eta = o->eta;
+        co.interval = o->interval;
+        if (o->min_gain > 0) {
+            co.field_mask |= FLX_CTL_OPT_MIN_GAIN;
+            co.min_gain = o->min_gain;
+        }
+        if (o->ctl_log) {
+            co.field_mask |= FLX_CTL_OPT_LOG_PATH;
+            co.log_path = o->ctl_log;
+        }
+        if (nseg > FLX_CTL_MAX_SEGMENTS) { /* fold the lowest layers into one */
+            nseg = FLX_CTL_MAX_SEGMENTS;
+        }
+        co.nsegments = nseg;
+        for (int i = 0; i < nseg; i++)
+            co.segments[i] = nn_segment(nn, i).len;
+        for (int i = nseg; i < nn_nsegments(nn); i++)
+            co.segments[nseg - 1] += nn_segment(nn, i).len;
+        st = flx_ctl_create(comm, s->n, &co, &s->ctl);
+        break;
+    }
+    case POL_SELSYNC:
+        s->norm_ema = -1;
+        break;
+    default:
+        st = FLX_ERR_INVALID_ARG;
+    }
+    if (st != FLX_OK) {
+        sync_destroy(s);
+        return st;
+    }
+    *sync_p = s;
+    return FLX_OK;
+}
+
+void sync_destroy(sync_t *s)
+{
+    if (s == NULL)
+        return;
+    for (int b = 0; b < s->nbuckets; b++)
+        if (s->bucket[b].req)
+            flx_wait(s->bucket[b].req);
+    flx_gsync_destroy(s->gs);
+    flx_ctl_destroy(s->ctl);
+    free(s);
+}
+
+void sync_grad_ready(void *ctx, int seg)
+{
+    sync_t *s = ctx;
+    float *g = nn_grads(s->nn);
+
+    if (s->o.policy != POL_DENSE || s->N == 1)
+        return;
+    for (int b = 0; b < s->nbuckets; b++) {
+        bucket_t *bk = &s->bucket[b];
+        flx_status_t st;
+
+        if (bk->seg_lo != seg || bk->req != NULL)
+            continue;
+        st = flx_iallreduce(s->comm, g + bk->off, g + bk->off, bk->len, FLX_FLOAT32, FLX_AVG,
+                            s->o.algo, &bk->req);
+        if (st != FLX_OK && s->launch_st == FLX_OK)
+            s->launch_st = st;
+    }
+}
+
+static void sync_count(sync_t *s, const sync_report_t *r)
+{
+    s->steps++;
+    s->by_coll[coll_index(r->collective)]++;
+    s->kept_sum += r->kept;
+    s->critical_steps += r->critical;
+}
+
+static flx_status_t sync_dense(sync_t *s, sync_report_t *r)
+{
+    float *g = nn_grads(s->nn);
+    double t0 = flx_time_now();
+    flx_algo_t algo = FLX_ALGO_AUTO;
+    flx_status_t st = s->launch_st;
+
+    r->collective = "dense";
+    r->kept = 1;
+    for (int b = 0; b < s->nbuckets; b++) {
+        bucket_t *bk = &s->bucket[b];
+        flx_algo_t a = s->o.algo != FLX_ALGO_AUTO ? s->o.algo
+                                                  : flx_allreduce_algo(s->comm, bk->len,
+                                                                       FLX_FLOAT32);
+
+        if (s->N > 1 && bk->req == NULL && st == FLX_OK) /* not started by a callback */
+            st = flx_iallreduce(s->comm, g + bk->off, g + bk->off, bk->len, FLX_FLOAT32,
+                                FLX_AVG, s->o.algo, &bk->req);
+        if (bk->req) {
+            flx_status_t w = flx_wait(bk->req);
+            if (st == FLX_OK)
+                st = w;
+            bk->req = NULL;
+        }
+        if (b == 0 || bk->len > s->bucket[0].len)
+            algo = a;
+        r->bytes += cmp_bytes_allreduce(a, s->N, s->rank, 4.0 * (double)bk->len);
+    }
+    s->launch_st = FLX_OK;
+    r->collective = s->N > 1 ? dense_name(algo) : "dense";
+    r->comm_s = flx_time_now() - t0;
+    r->gain = 1;
+    return st;
+}
+
+static flx_status_t sync_selsync(sync_t *s, sync_report_t *r)
+{
+    const float *g = nn_grads(s->nn);
+    double sq = 0, norm, prev = s->norm_ema, change, t0 = flx_time_now();
+    flx_status_t st = FLX_OK;
+
+    for (size_t i = 0; i < s->n; i++)
+        sq += (double)g[i] * g[i];
+    norm = sqrt(sq);
+    s->norm_ema = prev < 0 ? norm : (1 - SELSYNC_SMOOTH) * prev + SELSYNC_SMOOTH * norm;
+    change = prev > 0 ? fabs(s->norm_ema - prev) / prev : INFINITY;
+    r->decide_s = flx_time_now() - t0;
+    t0 = flx_time_now();
+    if (s->N > 1) /* the largest change decides for everyone */
+        st = flx_allreduce(s->comm, &change, &change, 1, FLX_FLOAT64, FLX_MAX, FLX_ALGO_AUTO);
+    r->agree_s = flx_time_now() - t0;
+    s->sync_now = st == FLX_OK && s->N > 1 &&
+                  (change >= s->o.delta || s->since_sync + 1 >= s->o.interval);
+    r->synced = s->sync_now;
+    r->collective = s->sync_now ? "dense-ring" : "skip";
+    r->kept = s->sync_now ? 1 : 0;
+    r->gain = 1;
+    return st;
+}
+
+flx_status_t sync_gradients(sync_t *s, double compute_s, sync_report_t *r)
+{
+    flx_status_t st;
+
+    memset(r, 0, sizeof(*r));
+    r->synced = 1;
+    switch (s->o.policy) {
+    case POL_DENSE:
+        st = sync_dense(s, r);
+        break;
+    case POL_TOPK_AG:
+    case POL_ARTOPK:
+    case POL_POWERSGD: {
+        flx_gsync_report_t g;
+
+        st = flx_gsync_step(s->gs, nn_grads(s->nn), &g);
+        r->collective = s->o.policy == POL_POWERSGD ? "powersgd"
+                        : g.collective == FLX_GSYNC_COLL_ALLGATHER ? "topk-ag"
+                                                                  : "artopk";
+        r->kept = s->o.policy == POL_POWERSGD ? (double)g.bytes_sent / 4.0 / (double)s->n
+                                              : (double)g.k / (double)s->n;
+        r->bytes = (double)g.bytes_sent;
+        r->select_s = g.select_s + g.decompress_s;
+        r->comm_s = g.comm_s;
+        r->gain = g.gain;
+        break;
+    }
+    case POL_ACCORDION:
+    case POL_GRAVAC:
+    case POL_FLEX: {
+        flx_ctl_report_t c;
+
+        st = flx_ctl_step(s->ctl, nn_grads(s->nn), compute_s, &c);
+        r->collective = c.collective == FLX_GSYNC_COLL_ALLREDUCE ? dense_name(c.algo)
+                        : c.collective == FLX_GSYNC_COLL_ALLGATHER ? "topk-ag"
+                                                                    : "artopk";
+        r->kept = c.kept_fraction;
+        r->bytes = (double)c.sync.bytes_sent;
+        r->select_s = c.sync.select_s + c.sync.decompress_s;
+        r->comm_s = c.sync.comm_s;
+        r->decide_s = c.decide_s;
+        r->agree_s = c.agree_s;
+        r->gain = c.sync.gain;
+        r->critical = c.critical;
+        break;
+    }
+    case POL_SELSYNC:
+        st = sync_selsync(s, r);
+        break;
+    default:
+        st = FLX_ERR_INVALID_ARG;
+    }
+    if (st == FLX_OK && s->o.policy != POL_SELSYNC)
+        sync_count(s, r);
+    return st;
+}
+
+flx_status_t sync_after_update(sync_t *s, sync_report_t *r)
+{
+    flx_status_t st;
+    double t0;
+
+    if (s->o.policy != POL_SELSYNC)
+        return FLX_OK;
+    if (!s->sync_now) {
+        s->since_sync++;
+        sync_count(s, r);
+        return FLX_OK;
+    }
+    t0 = flx_time_now();
+    st = flx_allreduce(s->comm, nn_params(s->nn), nn_params(s->nn), s->n, FLX_FLOAT32, FLX_AVG,
+                       FLX_ALGO_RING);
+    r->comm_s = flx_time_now() - t0;
+    r->bytes = cmp_bytes_allreduce(FLX_ALGO_RING, s->N, s->rank, 4.0 * (double)s->n);
+    s->since_sync = 0;
+    sync_count(s, r);
+    return st;
+}
+
+void sync_lr_changed(sync_t *s)
+{
+    if (s->ctl)
+        flx_ctl_lr_changed(s->ctl);
+}
+
+void sync_summary(sync_t *s, char *buf, size_t len)
+{
+    size_t used = 0;
+
+    buf[0] = 0;
+    if (s->steps == 0)
+        return;
+    for (int i = 0; i < 8 && used < len; i++)
+        if (s->by_coll[i])
+            used += (size_t)snprintf(buf + used, len - used, "%s%s %.0f%%", used ? ", " : "",
+                                     coll_names[i], 100.0 * (double)s->by_coll[i] / (double)s->steps);
+    if (used < len)
+        used += (size_t)snprintf(buf + used, len - used, "; mean kept %.3g", s->kept_sum / (double)s->steps);
+    if (used < len && (s->o.policy == POL_FLEX || s->o.policy == POL_ACCORDION))
+        snprintf(buf + used, len - used, "; critical %.0f%%",
+                 100.0 * (double)s->critical_steps / (double)s->steps);
+    memset(s->by_coll, 0, sizeof(s->by_coll));
+    s->steps = 0;
+    s->kept_sum = 0;
+    s->critical_steps = 0;
+}

@@ -1,0 +1,74 @@
+/* sync.h -- flx-train's gradient-sync policies over flexcoll: how each
+ * step's gradient (or, for SelSync, the weights) becomes the same on every
+ * rank. */
+#ifndef FLX_TRAINER_SYNC_H
+#define FLX_TRAINER_SYNC_H
+
+#include "flexcoll.h"
+#include "trainer/nn.h"
+
+typedef enum {
+    POL_DENSE = 0, /* allreduce, bucketed and overlapped with backprop     */
+    POL_TOPK_AG,   /* static Top-k, sparse allgather, error feedback       */
+    POL_ARTOPK,    /* static AR-Topk (STAR or VAR leader), error feedback  */
+    POL_POWERSGD,  /* rank-r PowerSGD, error feedback                      */
+    POL_ACCORDION, /* critical regime: low / high compression              */
+    POL_GRAVAC,    /* gain threshold, throughput x gain                    */
+    POL_SELSYNC,   /* skip sync while the gradient norm changes little     */
+    POL_FLEX,      /* the controller                                       */
+    POL_COUNT
+} policy_t;
+
+typedef struct {
+    policy_t policy;
+    flx_algo_t algo;      /* dense: allreduce algorithm                   */
+    size_t bucket_bytes;  /* dense: bytes per overlapped allreduce        */
+    double kept;          /* static top-k policies: kept fraction         */
+    int psgd_rank;        /* PowerSGD rank                                */
+    flx_leader_t leader;  /* AR-Topk: STAR or VAR                         */
+    double weight;        /* flex: weight of time in the score            */
+    double eta;           /* accordion / flex: critical threshold         */
+    int interval;         /* accordion / flex: steps per critical test    */
+    double delta;         /* selsync: relative norm change that syncs     */
+    double min_gain;      /* gravac: gain threshold epsilon (0: default)  */
+    const char *ctl_log;  /* flex / accordion / gravac: decision CSV      */
+} sync_opts_t;
+
+/* What one step's sync did. */
+typedef struct {
+    const char *collective; /* dense-ring, dense-tree, dense-rd, artopk,
+                               topk-ag, powersgd, skip                       */
+    double kept;            /* kept fraction (1 dense, 0 skip)              */
+    double bytes;           /* payload bytes this rank sent                 */
+    double select_s;        /* selection / encoding and decoding            */
+    double comm_s;          /* time waiting for communication               */
+    double decide_s;        /* the policy's own decision time               */
+    double agree_s;         /* its agreement message, waits included        */
+    double gain;            /* ||C(g + e)|| / ||g + e||                     */
+    int critical;           /* critical regime (accordion, flex)            */
+    int synced;             /* 0: SelSync skipped this step                 */
+} sync_report_t;
+
+typedef struct sync sync_t;
+
+const char *policy_name(policy_t p);
+/* -1 for an unknown name */
+int policy_parse(const char *name);
+
+flx_status_t sync_create(flx_comm_h comm, nn_t *nn, const sync_opts_t *o, sync_t **sync_p);
+void sync_destroy(sync_t *s);
+/* nn_grad_ready_fn for nn_train_batch (ctx: the sync_t): the dense policy
+ * starts a segment's allreduce as soon as its bucket is complete. */
+void sync_grad_ready(void *ctx, int seg);
+/* After backprop: finish this step's gradient sync (grads become the mean
+ * over the ranks, except on a SelSync step that skips). */
+flx_status_t sync_gradients(sync_t *s, double compute_s, sync_report_t *r);
+/* After the optimiser's update: SelSync averages the weights on the steps
+ * it syncs; no-op for the other policies. */
+flx_status_t sync_after_update(sync_t *s, sync_report_t *r);
+/* The learning rate decayed (accordion, flex: critical again). */
+void sync_lr_changed(sync_t *s);
+/* A one-line summary of the policy's choices since the last call. */
+void sync_summary(sync_t *s, char *buf, size_t len);
+
+#endif
