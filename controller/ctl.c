@@ -9,11 +9,15 @@
  *   2. one small allreduce of those, of the compute time and of the last
  *      sync's measured times: every rank then holds the same inputs, so
  *      every rank makes the same decision with no broadcast;
- *   3. the live model: 1/B from the last sync's time (alpha from
- *      calibration), selection cost as an EWMA of what was measured;
+ *   3. the live model: alpha and 1/B from the last sync's time (each
+ *      collective keeps its own 1/B, as its software overhead differs; a
+ *      change seen by one moves the others by the same seconds per byte), selection
+ *      cost as an EWMA of what was measured;
  *   4. the critical-regime test at the end of each interval;
  *   5. the choice (ctl_choose or the mode's rule; flex keeps last step's
- *      choice unless the winner scores CTL_MARGIN better), then the sync.
+ *      choice unless the winner scores CTL_MARGIN better, and tries once a
+ *      collective whose estimate is stale but whose score is close:
+ *      ctl_probe), then the sync.
  */
 #include "controller/ctl.h"
 #include "collectives/coll.h"
@@ -31,6 +35,8 @@
 #define CTL_SAMPLE 16384      /* positions sampled for the statistics     */
 #define CTL_LAMBDA 0.3        /* weight of the newest timing in the EWMAs */
 #define CTL_MARGIN 0.05       /* a new choice must score this much better */
+#define CTL_PROBE_AGE 100     /* a collective unseen this long is stale   */
+#define CTL_PROBE_WINDOW 0.5  /* ... and is tried once if this close      */
 #define CTL_MAX_CANDS (2 + 2 * FLX_CTL_MAX_FRACTIONS)
 
 struct flx_ctl {
@@ -43,11 +49,14 @@ struct flx_ctl {
     int residual_dirty;         /* a compressed step left residuals         */
 
     double alpha0, alpha;       /* calibrated and live latency, seconds     */
-    double inv_bw0, inv_bw;     /* calibrated and live 1/B, s per byte      */
+    double inv_bw0;             /* calibrated 1/B, seconds per byte         */
+    double inv_bw[CTL_COLL_COUNT]; /* live 1/B as each collective sees it  */
+    uint64_t seen[CTL_COLL_COUNT]; /* step + 1 each collective last ran     */
     double select_s[CTL_COLL_COUNT]; /* EWMA of selection + decode, <0 unknown */
     double compute_s;           /* EWMA of the agreed compute time          */
 
     int have_last;              /* the last step's choice, for the model    */
+    int last_probe;             /* ... was a probe of a stale collective    */
     ctl_cand_t last;
 
     size_t nsample;             /* sampled positions                        */
@@ -73,7 +82,7 @@ void flx_ctl_opts_default(flx_ctl_opts_t *o)
 {
     memset(o, 0, sizeof(*o));
     o->mode = FLX_CTL_FLEX;
-    o->weight = 0.5;
+    o->weight = 1.0 / 3.0; /* G^2 / T: gradient energy kept per second */
     o->nfractions = (int)FLX_ARRAY_SIZE(ctl_default_fractions);
     memcpy(o->fractions, ctl_default_fractions, sizeof(ctl_default_fractions));
     o->eta = 0.5;
@@ -218,7 +227,9 @@ flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opts_t *opt
     if (st != FLX_OK)
         goto fail;
     h->alpha0 = h->alpha = lm.alpha_s;
-    h->inv_bw0 = h->inv_bw = 1.0 / lm.beta_bytes_per_s;
+    h->inv_bw0 = 1.0 / lm.beta_bytes_per_s;
+    for (int c = 0; c < CTL_COLL_COUNT; c++)
+        h->inv_bw[c] = h->inv_bw0;
     for (int c = 0; c < CTL_COLL_COUNT; c++)
         h->select_s[c] = c == CTL_DENSE_RING || c == CTL_DENSE_TREE ? 0.0 : -1.0;
     h->compute_s = -1;
@@ -320,10 +331,24 @@ static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double selec
     double a, b, lo[2] = {h->alpha0 / 10, h->inv_bw0 / 16}, hi[2] = {h->alpha0 * 1e3, h->inv_bw0 * 1e4};
 
     h->compute_s = ctl_ewma(h->compute_s, compute_s);
+    double before;
+    ctl_coll_t c;
+
     if (!h->have_last)
         return;
-    ctl_coll_terms(h->last.coll, h->N, (double)h->n, h->last.kept, &a, &b);
-    ctl_update_model(&h->alpha, &h->inv_bw, comm_s, a, b, CTL_LAMBDA, lo, hi);
+    c = h->last.coll;
+    before = h->inv_bw[c];
+    ctl_coll_terms(c, h->N, (double)h->n, h->last.kept, &a, &b);
+    /* a probe replaces a borrowed estimate: all of it, and nothing else */
+    ctl_update_model(&h->alpha, &h->inv_bw[c], comm_s, a, b, h->last_probe ? 1.0 : CTL_LAMBDA,
+                     lo, hi);
+    /* the link is shared: the seconds per byte it added or took away count
+     * for the others too, and each keeps its own software overhead per byte
+     * (a sparse collective is CPU-bound sooner) */
+    for (int o = 0; o < CTL_COLL_COUNT && !h->last_probe; o++)
+        if (o != (int)c)
+            h->inv_bw[o] = FLX_MIN(hi[1], FLX_MAX(lo[1], h->inv_bw[o] + h->inv_bw[c] - before));
+    h->seen[c] = h->step; /* the step that ran it, + 1 */
     if (h->last.coll == CTL_ARTOPK || h->last.coll == CTL_TOPK_AG) {
         h->select_s[h->last.coll] = ctl_ewma(h->select_s[h->last.coll], select_s);
         /* the same selection serves the other sparse collective until it is measured */
@@ -341,14 +366,15 @@ static void ctl_candidate(flx_ctl_h h, ctl_cand_t *c, ctl_coll_t coll, double ke
     c->coll = coll;
     c->kept = kept;
     c->gain = gain;
-    c->time_s = FLX_MAX(0.0, h->compute_s) + (sel > 0 ? sel : 0) + a * h->alpha + b * h->inv_bw;
+    c->time_s = FLX_MAX(0.0, h->compute_s) + (sel > 0 ? sel : 0) + a * h->alpha + b * h->inv_bw[coll];
     c->score = 0;
 }
 
 /* steps 4 and 5: the candidates and the choice; returns the winner */
-static int ctl_decide(flx_ctl_h h, ctl_cand_t *cand, int *ncand_p, double *pred_dense_p)
+static int ctl_decide(flx_ctl_h h, ctl_cand_t *cand, int *ncand_p, double *pred_dense_p,
+                      int *probe_p)
 {
-    int nf = h->o.nfractions, n = 0, best;
+    int nf = h->o.nfractions, n = 0, best, chosen;
     const double *gains = h->agree;
     double min_kept = h->critical ? h->o.critical_kept : 0.0;
 
@@ -387,6 +413,9 @@ static int ctl_decide(flx_ctl_h h, ctl_cand_t *cand, int *ncand_p, double *pred_
                     cur = i;
             best = ctl_hysteresis(cand, n, best, cur, CTL_MARGIN);
         }
+        chosen = best;
+        best = ctl_probe(cand, n, best, h->seen, h->step, CTL_PROBE_AGE, CTL_PROBE_WINDOW);
+        *probe_p = best != chosen;
         break;
     }
     *ncand_p = n;
@@ -398,7 +427,7 @@ static void ctl_log(flx_ctl_h h, const ctl_cand_t *cand, int ncand, int best, do
 {
     fprintf(h->log, "%llu,%s,%d,%.4f,%.3g,%.4g,%.6f,%s,%g,%.6f,%.6f,%.4f,%.6f,%.6f,",
             (unsigned long long)h->step, flx_ctl_mode_name(h->o.mode), h->critical, h->change,
-            h->alpha, 1.0 / h->inv_bw, h->compute_s, ctl_coll_name(cand[best].coll),
+            h->alpha, 1.0 / h->inv_bw[cand[best].coll], h->compute_s, ctl_coll_name(cand[best].coll),
             cand[best].kept, cand[best].time_s, pred_dense, cand[best].gain, decide_s, agree_s);
     for (int i = 0; i < ncand; i++)
         fprintf(h->log, "%s%s@%g:%.5f:%.3f:%.3f", i ? ";" : "", ctl_coll_name(cand[i].coll),
@@ -458,7 +487,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
 {
     ctl_cand_t cand[CTL_MAX_CANDS];
     flx_ctl_report_t r;
-    int nf, ncand = 0, best, interval_end;
+    int nf, ncand = 0, best, interval_end, probe = 0;
     double t0 = flx_time_now(), t_agree = 0, pred_dense = 0;
     flx_status_t st;
 
@@ -497,7 +526,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
         h->have_prev = 1;
         h->critical = crit || h->step < h->critical_until;
     }
-    best = ctl_decide(h, cand, &ncand, &pred_dense);
+    best = ctl_decide(h, cand, &ncand, &pred_dense, &probe);
     if (h->N == 1) /* nothing to send: the choice is moot, keep everything */
         best = 0;
     r.step = h->step;
@@ -506,7 +535,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     r.predicted_s = cand[best].time_s;
     r.predicted_dense_s = pred_dense;
     r.gain_estimate = cand[best].gain;
-    r.bandwidth = 1.0 / h->inv_bw;
+    r.bandwidth = 1.0 / h->inv_bw[cand[best].coll];
     r.compute_s = h->agree[nf];
     r.agree_s = t_agree;
     r.decide_s = flx_time_now() - t0 - t_agree;
@@ -521,6 +550,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     h->last.time_s = r.sync.comm_s;
     h->last.score = r.sync.select_s + r.sync.decompress_s;
     h->have_last = 1;
+    h->last_probe = probe;
     h->step++;
     if (report_p)
         *report_p = r;

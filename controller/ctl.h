@@ -9,6 +9,7 @@
 #include "flexcoll.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* The collectives a candidate can use. */
 typedef enum {
@@ -83,6 +84,14 @@ int ctl_choose(ctl_cand_t *cand, int n, double weight, double min_kept, double m
 /* Hysteresis: keep the current candidate (index cur, -1: none) unless the
  * winner's score beats it by more than margin; returns the index to use. */
 int ctl_hysteresis(const ctl_cand_t *cand, int n, int best, int cur, double margin);
+
+/* Exploration: a collective not run since step seen[coll] - 1 for more
+ * than age steps (seen 0: never) has only a borrowed estimate.  If the best
+ * allowed candidate of such a collective scores within window of the
+ * winner's, return it (the one of the closest score) to measure it this
+ * step; else best. */
+int ctl_probe(const ctl_cand_t *cand, int n, int best, const uint64_t *seen, uint64_t step,
+              uint64_t age, double window);
 
 /* GraVAC's choice: among the allowed candidates (gain >= min_gain, kept >=
  * min_kept; dense always allowed) the largest gain / time, i.e.

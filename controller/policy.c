@@ -175,6 +175,26 @@ int ctl_hysteresis(const ctl_cand_t *cand, int n, int best, int cur, double marg
     return cand[best].score > cand[cur].score + margin ? best : cur;
 }
 
+int ctl_probe(const ctl_cand_t *cand, int n, int best, const uint64_t *seen, uint64_t step,
+              uint64_t age, double window)
+{
+    int pick = best;
+
+    if (best < 0)
+        return best;
+    for (int i = 0; i < n; i++) {
+        uint64_t last = seen[cand[i].coll];
+        int stale = last == 0 ? step > age : step - (last - 1) > age;
+
+        if (!stale || cand[i].coll == cand[best].coll || !isfinite(cand[i].score) ||
+            cand[i].score < cand[best].score - window)
+            continue;
+        if (pick == best || cand[i].score > cand[pick].score)
+            pick = i;
+    }
+    return pick;
+}
+
 int ctl_choose_gravac(ctl_cand_t *cand, int n, double min_kept, double min_gain)
 {
     int best = -1;

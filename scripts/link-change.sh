@@ -9,7 +9,7 @@
 # --time-limit T1+T2+T3, and, counting from the start of training (when the
 # CSV appears), after T1 seconds sets every link to SLOW with `cluster.sh
 # rate`, T2 seconds later back to FAST, and lets it run T3 more seconds.
-# Then prints, per phase (time_s windows of the CSV, limits as measured
+# Then prints, per phase (wall_s windows of the CSV, limits as measured
 # here): steps, mean step and comm time, MB sent per step, the kept fraction
 # (median, min-max), the share of each collective, and how long after the
 # change the phase's main collective first appeared; writes
@@ -161,7 +161,8 @@ pid=
     NF == 0 { next }
     function v(name) { return (name in col) ? $col[name] : "" }
     {
-        t = v("time_s") + 0
+        # wall_s (evaluations included) runs with the clock the changes were made by
+        t = v("wall_s") != "" ? v("wall_s") + 0 : v("time_s") + 0
         p = t < c1 ? 1 : t < c2 ? 2 : 3
         n[p]++
         if (!(p in first)) first[p] = t

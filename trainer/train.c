@@ -72,7 +72,7 @@ static void usage(FILE *out)
             "  --kept C           topk-ag, artopk: kept fraction (default 0.01)\n"
             "  --leader L         artopk: star or var (default star)\n"
             "  --psgd-rank R      powersgd: rank (default 4)\n"
-            "  --weight W         flex: weight of time against gain, [0, 1] (default 0.5)\n"
+            "  --weight W         flex: weight of time against gain, [0, 1] (default 1/3)\n"
             "  --eta X            accordion, flex: critical-regime threshold (default 0.5)\n"
             "  --interval N       accordion, flex: steps per critical test; selsync: longest\n"
             "                     run without a sync (default 50)\n"
@@ -148,7 +148,7 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
                         .seed = 1, .max_steps = -1};
     o->sync = (sync_opts_t){.policy = POL_DENSE, .algo = FLX_ALGO_AUTO,
                             .bucket_bytes = 4u << 20, .kept = 0.01, .psgd_rank = 4,
-                            .leader = FLX_LEADER_STAR, .weight = 0.5, .eta = 0.5,
+                            .leader = FLX_LEADER_STAR, .weight = 1.0 / 3.0, .eta = 0.5,
                             .interval = 50, .delta = 0.3};
     while ((c = getopt_long(argc, argv, "h", longopts, &opt_index)) != -1) {
         errno = 0;
@@ -315,6 +315,7 @@ typedef struct {
     sync_t *sync;
     FILE *log;
     double clock;        /* training time so far, evaluation excluded */
+    double t_start;      /* wall clock at the start of training       */
     double bytes_total;
 } run_t;
 
@@ -422,7 +423,8 @@ static int train(run_t *r)
                         rep.gain, rep.critical, rep.synced);
                 if (test_acc >= 0)
                     fprintf(r->log, "%.2f", 100.0 * test_acc);
-                fprintf(r->log, ",%.6f,%.6f,%.6g\n", rep.decide_s, rep.agree_s, lr);
+                fprintf(r->log, ",%.6f,%.6f,%.6g,%.6f\n", rep.decide_s, rep.agree_s, lr,
+                        flx_time_now() - r->t_start);
             }
             if (stop)
                 break;
@@ -433,8 +435,9 @@ static int train(run_t *r)
         if (run_evaluate(r, &acc) != 0)
             goto out;
         if (r->log) { /* the epoch's evaluation belongs to its last step */
-            fprintf(r->log, "%ld,%d,%.6f,,%s,eval,,0,,,,,,,%.2f,,,\n", step - (stop ? 0 : 1),
-                    epoch + 1, r->clock, policy_name(o->sync.policy), 100.0 * acc);
+            fprintf(r->log, "%ld,%d,%.6f,,%s,eval,,0,,,,,,,%.2f,,,,%.6f\n", step - (stop ? 0 : 1),
+                    epoch + 1, r->clock, policy_name(o->sync.policy), 100.0 * acc,
+                    flx_time_now() - r->t_start);
             fflush(r->log);
         }
         sync_summary(r->sync, summary, sizeof(summary));
@@ -531,7 +534,7 @@ int main(int argc, char **argv)
             goto out;
         }
         fprintf(r.log, "step,epoch,time_s,loss,policy,collective,kept_fraction,bytes,select_s,"
-                       "comm_s,compute_s,gain,critical,synced,test_acc,decide_s,agree_s,lr\n");
+                       "comm_s,compute_s,gain,critical,synced,test_acc,decide_s,agree_s,lr,wall_s\n");
     }
     if (r.rank == 0) {
         printf("flx-train: %d ranks over %s, %s: %zu train / %zu test examples, %s "
@@ -541,6 +544,7 @@ int main(int argc, char **argv)
                policy_name(r.o.sync.policy));
         fflush(stdout);
     }
+    r.t_start = flx_time_now();
     if (train(&r) == 0)
         rc = 0;
     if (r.rank == 0 && rc == 0)
