@@ -4,6 +4,8 @@
 # (AddressSanitizer + UBSan) in build-asan/, then the multi-process suite
 # over real verbs inside the SoftRoCE VM (../shared/softroce) when it is
 # there and we are root; without it that part is skipped and says so.
+# After the sanitizer suite the libFuzzer harnesses run 30 s each (FLX_FUZZ_TIME;
+# skipped with a message when clang's libFuzzer is missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -18,6 +20,17 @@ mkdir -p build-asan && cd build-asan
 make -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1 make check -j1 || { cat tests/*.log test-suite.log 2>/dev/null | tail -200; exit 1; }
 cd ..
+# fuzzing, bounded: FLX_FUZZ_TIME seconds per harness (default 30; 0 skips)
+fuzz_time=${FLX_FUZZ_TIME:-30}
+if [ "$fuzz_time" = 0 ]; then
+    echo "scripts/test.sh: SKIP fuzzing: FLX_FUZZ_TIME=0"
+elif command -v clang >/dev/null && echo 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }' |
+        clang -x c -fsanitize=fuzzer -o /tmp/flx-fuzz-probe.$$ - >/dev/null 2>&1; then
+    rm -f /tmp/flx-fuzz-probe.$$
+    make -C build fuzz FUZZ_TIME="$fuzz_time"
+else
+    echo "scripts/test.sh: SKIP fuzzing: no clang with libFuzzer (apt-get install -y clang libclang-rt-14-dev)"
+fi
 vm=../shared/softroce/softroce-run.sh
 if [ -x "$vm" ] && [ "$(id -u)" = 0 ]; then
     echo "scripts/test.sh: the suite over verbs (ib backend) in the SoftRoCE VM"

@@ -1,5 +1,6 @@
 /* boot.c -- rendezvous, authentication and the TCP mesh (see boot.h). */
 #include "transport/boot.h"
+#include "transport/boot_msg.h"
 #include "transport/sock.h"
 #include "common/log.h"
 #include "common/time.h"
@@ -10,27 +11,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-typedef struct {
-    uint32_t ip;   /* network order */
-    uint16_t port; /* network order */
-    uint16_t pad;
-} boot_wire_addr_t;
-
-static void addr_to_wire(const struct sockaddr_in *a, boot_wire_addr_t *w)
-{
-    w->ip = a->sin_addr.s_addr;
-    w->port = a->sin_port;
-    w->pad = 0;
-}
-
-static void addr_from_wire(const boot_wire_addr_t *w, struct sockaddr_in *a)
-{
-    memset(a, 0, sizeof(*a));
-    a->sin_family = AF_INET;
-    a->sin_addr.s_addr = w->ip;
-    a->sin_port = w->port;
-}
 
 /* Accept until every expected peer (expect(rank) true) has authenticated.
  * Strangers and failed handshakes are logged and dropped. */
@@ -45,6 +25,7 @@ static flx_status_t boot_accept_peers(boot_t *boot, int lfd, uint16_t purpose, i
         char ps[64];
         int fd;
         double hs_deadline;
+        const char *why;
         flx_status_t st = sock_accept(lfd, deadline, &fd, &peer);
 
         if (st == FLX_ERR_TIMED_OUT) {
@@ -66,31 +47,25 @@ static flx_status_t boot_accept_peers(boot_t *boot, int lfd, uint16_t purpose, i
             close(fd);
             continue;
         }
-        if (hello.purpose != purpose || hello.size != boot->size ||
-            hello.rank == boot->rank ||
-            (purpose == AUTH_PURPOSE_MESH && hello.rank < boot->rank)) {
+        st = boot_hello_check(&hello, purpose, boot->rank, boot->size, boot->fds, &why);
+        if (st != FLX_OK) {
             flx_error(INIT, boot->rank,
-                      "peer %s claims rank %d of %d (purpose %u); this job has %d ranks",
-                      ps, hello.rank, hello.size, hello.purpose, boot->size);
+                      "peer %s claims rank %d of %d (purpose %u); this job has %d ranks: %s",
+                      ps, hello.rank, hello.size, hello.purpose, boot->size, why);
             close(fd);
-            return FLX_ERR_MISMATCH;
-        }
-        if (boot->fds[hello.rank] >= 0) {
-            flx_error(INIT, boot->rank, "two processes claim rank %d (second from %s)",
-                      hello.rank, ps);
-            close(fd);
-            return FLX_ERR_MISMATCH;
+            return st;
         }
         if (purpose == AUTH_PURPOSE_BOOT) {
             boot_wire_addr_t w;
             st = sock_recv_all(fd, &w, sizeof(w), deadline);
+            if (st == FLX_OK)
+                st = boot_addr_decode(&w, sizeof(w), &boot->addrs[hello.rank]);
             if (st != FLX_OK) {
                 flx_warn(INIT, boot->rank, "rank %d (%s) vanished during bootstrap: %s",
                          hello.rank, ps, flx_status_string(st));
                 close(fd);
                 continue;
             }
-            addr_from_wire(&w, &boot->addrs[hello.rank]);
         }
         flx_debug(INIT, boot->rank, "rank %d authenticated from %s", hello.rank, ps);
         boot->fds[hello.rank] = fd;
@@ -116,7 +91,7 @@ static flx_status_t boot_root(boot_t *boot, const struct sockaddr_in *root, int 
     if (table == NULL)
         return FLX_ERR_NO_MEMORY;
     for (int r = 0; r < boot->size; r++)
-        addr_to_wire(&boot->addrs[r], &table[r]);
+        boot_addr_encode(&boot->addrs[r], &table[r]);
     for (int r = 1; r < boot->size && st == FLX_OK; r++) {
         st = sock_send_all(boot->fds[r], table, (size_t)boot->size * sizeof(*table), deadline);
         if (st != FLX_OK)
@@ -166,7 +141,7 @@ static flx_status_t boot_member(boot_t *boot, const struct sockaddr_in *root, in
     st = sock_listen(&local, boot->size + 16, lfd_p, &local);
     if (st != FLX_OK)
         return st;
-    addr_to_wire(&local, &w);
+    boot_addr_encode(&local, &w);
     st = sock_send_all(fd, &w, sizeof(w), deadline);
     if (st != FLX_OK)
         return st;
@@ -174,8 +149,9 @@ static flx_status_t boot_member(boot_t *boot, const struct sockaddr_in *root, in
     if (table == NULL)
         return FLX_ERR_NO_MEMORY;
     st = sock_recv_all(fd, table, (size_t)boot->size * sizeof(*table), deadline);
-    for (int r = 0; r < boot->size && st == FLX_OK; r++)
-        addr_from_wire(&table[r], &boot->addrs[r]);
+    if (st == FLX_OK)
+        st = boot_table_decode(table, (size_t)boot->size * sizeof(*table), boot->size,
+                               boot->addrs);
     free(table);
     if (st != FLX_OK)
         flx_error(INIT, boot->rank, "bootstrap: no address table from the root: %s",

@@ -1,5 +1,6 @@
 /* tcp.c -- the tcp backend (see tcp.h). */
 #include "transport/tcp/tcp.h"
+#include "transport/tcp/hdr.h"
 #include "transport/boot.h"
 #include "transport/sock.h"
 #include "common/log.h"
@@ -18,6 +19,9 @@
 /* Every length read from the wire is checked against the posted receive;
  * an unexpected message may not exceed this. */
 #define TCP_MAX_UNEXPECTED ((uint64_t)1 << 36)
+/* An unexpected message's buffer starts at this size and doubles as its
+ * payload arrives, so a header that lies about its length costs nothing. */
+#define TCP_UNEXP_FIRST ((size_t)1 << 20)
 
 static void req_finish(tl_req_t *req, flx_status_t st)
 {
@@ -41,12 +45,6 @@ static void hdr_from_tag(tcp_hdr_t *h, int type, const tl_tag_t *tag, size_t len
         h->count = tag->count;
     }
     h->len = len;
-}
-
-static int hdr_sig_equal(const tcp_hdr_t *h, const tl_tag_t *t)
-{
-    return h->kind == t->kind && h->dtype == t->dtype && h->op == t->op &&
-           h->count == t->count;
 }
 
 /* ---- failure ------------------------------------------------------------ */
@@ -290,12 +288,11 @@ static flx_status_t tcp_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void
         return req->status;
     }
     for (tcp_unexp_t *u = c->unexp_head; u; u = u->next) {
-        if (u->hdr.seq != tag->seq || u->claimed)
+        int m = u->claimed ? TCP_HDR_OTHER : tcp_hdr_match(&u->hdr, tag, len);
+        if (m == TCP_HDR_OTHER)
             continue;
-        if (!hdr_sig_equal(&u->hdr, tag))
+        if (m == FLX_ERR_MISMATCH)
             return mismatch(ctx, c, &u->hdr, tag);
-        if (u->hdr.step != tag->step)
-            continue;
         if (!length_ok(ctx, c, &u->hdr, len))
             return FLX_ERR_PROTOCOL;
         if (u->got < len) {   /* still arriving: finish when complete */
@@ -333,11 +330,12 @@ static int conn_dispatch_header(tl_ctx_t *ctx, tcp_conn_t *c)
 {
     tcp_hdr_t *h = &c->rhdr;
     tl_req_t *prev = NULL;
+    const char *why;
 
-    if (h->magic != TCP_MAGIC) {
-        flx_error(NET, ctx->rank, "garbage from rank %d (bad magic 0x%08x)", c->peer,
-                  h->magic);
-        tcp_fail(ctx, FLX_ERR_PROTOCOL, "bad magic");
+    if (tcp_hdr_decode(&c->rhdr, sizeof(c->rhdr), h, &why) != FLX_OK) {
+        flx_error(NET, ctx->rank, "garbage from rank %d (%s: magic 0x%08x type %u)", c->peer,
+                  why, h->magic, h->type);
+        tcp_fail(ctx, FLX_ERR_PROTOCOL, why);
         return -1;
     }
     if (h->type == TCP_MSG_BYE) {
@@ -361,20 +359,14 @@ static int conn_dispatch_header(tl_ctx_t *ctx, tcp_conn_t *c)
         conn_fail_posted(c, st);
         return 0;
     }
-    if (h->type != TCP_MSG_DATA) {
-        flx_error(NET, ctx->rank, "rank %d sent unknown message type %u", c->peer, h->type);
-        tcp_fail(ctx, FLX_ERR_PROTOCOL, "bad type");
-        return -1;
-    }
     for (tl_req_t *r = c->posted_head; r; prev = r, r = r->next) {
-        if (r->tag.seq != h->seq)
+        int m = tcp_hdr_match(h, &r->tag, r->len);
+        if (m == TCP_HDR_OTHER)
             continue;
-        if (!hdr_sig_equal(h, &r->tag)) {
+        if (m == FLX_ERR_MISMATCH) {
             mismatch(ctx, c, h, &r->tag);
             return -1;
         }
-        if (r->tag.step != h->step)
-            continue;
         if (!length_ok(ctx, c, h, r->len))
             return -1;
         if (prev)
@@ -403,8 +395,10 @@ static int conn_dispatch_header(tl_ctx_t *ctx, tcp_conn_t *c)
         return -1;
     }
     c->runexp = calloc(1, sizeof(*c->runexp));
-    if (c->runexp)
-        c->runexp->buf = malloc(h->len ? h->len : 1);
+    if (c->runexp) {
+        c->runexp->cap = h->len < TCP_UNEXP_FIRST ? (size_t)h->len : TCP_UNEXP_FIRST;
+        c->runexp->buf = malloc(c->runexp->cap ? c->runexp->cap : 1);
+    }
     if (c->runexp == NULL || c->runexp->buf == NULL) {
         flx_error(NET, ctx->rank, "no memory for an early message of %llu bytes from rank %d",
                   (unsigned long long)h->len, c->peer);
@@ -444,6 +438,29 @@ static void conn_payload_done(tcp_conn_t *c)
     c->rhdr_got = 0;
 }
 
+/* Room for the next bytes of the unexpected message being received: the
+ * buffer doubles up to the announced length.  0 ok, -1 failed. */
+static int unexp_grow(tl_ctx_t *ctx, tcp_conn_t *c)
+{
+    tcp_unexp_t *u = c->runexp;
+    size_t cap;
+    void *buf;
+
+    if (u->got < u->cap || u->got >= u->hdr.len)
+        return 0;
+    cap = u->cap > (size_t)u->hdr.len / 2 ? (size_t)u->hdr.len : 2 * u->cap;
+    buf = realloc(u->buf, cap);
+    if (buf == NULL) {
+        flx_error(NET, ctx->rank, "no memory for an early message of %llu bytes from rank %d",
+                  (unsigned long long)u->hdr.len, c->peer);
+        tcp_fail(ctx, FLX_ERR_NO_MEMORY, "unexpected buffer");
+        return -1;
+    }
+    u->buf = buf;
+    u->cap = cap;
+    return 0;
+}
+
 /* Read what the socket has, up to a budget.  0 ok, -1 failed. */
 static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c)
 {
@@ -457,9 +474,14 @@ static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c)
             n = recv(c->fd, (char *)&c->rhdr + c->rhdr_got, sizeof(c->rhdr) - c->rhdr_got, 0);
         } else {
             size_t len = c->rhdr.len;
-            char *dst = c->rreq ? c->rreq->buf : c->runexp->buf;
-            size_t got = c->rreq ? c->rreq->done_bytes : c->runexp->got;
-            n = len > got ? recv(c->fd, dst + got, len - got, 0) : 0;
+            char *dst;
+            size_t got, end;
+            if (c->runexp && unexp_grow(ctx, c) != 0)
+                return -1;
+            dst = c->rreq ? c->rreq->buf : c->runexp->buf;
+            got = c->rreq ? c->rreq->done_bytes : c->runexp->got;
+            end = c->rreq ? len : c->runexp->cap;
+            n = len > got ? recv(c->fd, dst + got, end - got, 0) : 0;
             if (n > 0) {
                 if (c->rreq)
                     c->rreq->done_bytes += (size_t)n;

@@ -1,7 +1,7 @@
 /* tcp.h -- internals of the tcp backend: one non-blocking socket per peer,
  * a send queue and a receive state machine per connection.
  *
- * Every message is a 40-byte header followed by its payload.  Small and
+ * Every message is a 48-byte header followed by its payload.  Small and
  * large messages take the same path (no per-message handshake): the sender
  * writes header and payload with one sendmsg; the receiver matches the
  * header to a posted receive and reads the payload straight into the
@@ -30,12 +30,13 @@ typedef struct {
     uint32_t pad3;
     uint64_t count;
     uint64_t len;
-} tcp_hdr_t;          /* 40 bytes */
+} tcp_hdr_t;          /* 48 bytes: 4 of alignment padding before count */
 
 typedef struct tcp_unexp {
     struct tcp_unexp *next;
     tcp_hdr_t hdr;
     void *buf;
+    size_t cap;          /* bytes allocated: grows as the payload arrives */
     size_t got;
     tl_req_t *claimed;   /* a receive posted while the payload was arriving */
 } tcp_unexp_t;
