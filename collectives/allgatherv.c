@@ -119,6 +119,16 @@ flx_status_t coll_allgatherv(flx_comm_h comm, const void *sendbuf, size_t sendby
                   (int)algo);
         return FLX_ERR_INVALID_ARG;
     }
+    {   /* the two arrays and the receive buffer are written: apart */
+        const char *c = (const char *)counts, *d = (const char *)displs, *r = recvbuf;
+        const size_t alen = (size_t)comm->size * sizeof(size_t);
+        if ((c < d + alen && d < c + alen) ||
+            (capacity && ((c < r + capacity && r < c + alen) ||
+                          (d < r + capacity && r < d + alen)))) {
+            flx_error(COLL, comm->rank, "allgatherv: counts, displs and recvbuf overlap");
+            return FLX_ERR_INVALID_ARG;
+        }
+    }
     if ((st = comm_enter(comm)) != FLX_OK)
         return st;
     st = allgatherv_run(comm, sendbuf, sendbytes, recvbuf, capacity, counts, displs, algo,

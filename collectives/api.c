@@ -76,6 +76,7 @@ flx_status_t comm_enter(flx_comm_h comm)
         pthread_cond_wait(&comm->cond, &comm->lock);
     pthread_mutex_unlock(&comm->lock);
     pthread_mutex_lock(&comm->exec);
+    comm_sync_abort(comm);
     if (comm->err != FLX_OK) {
         pthread_mutex_unlock(&comm->exec);
         return comm->err;
@@ -85,11 +86,53 @@ flx_status_t comm_enter(flx_comm_h comm)
 
 void comm_record_error(flx_comm_h comm, flx_status_t st)
 {
+    int none = FLX_OK;
+
     if (st == FLX_OK || comm->err != FLX_OK)
         return;
     comm->err = st;
+    __atomic_compare_exchange_n(&comm->first_err, &none, (int)st, 0, __ATOMIC_ACQ_REL,
+                                __ATOMIC_ACQUIRE);
     /* the communicator is broken: tell every peer, once */
     comm->tl->fail(comm->tlctx, st, comm->coll_name ? comm->coll_name : "collective");
+}
+
+void comm_sync_abort(flx_comm_h comm)
+{
+    if (comm_aborted(comm))
+        comm_record_error(comm, FLX_ERR_ABORTED);
+}
+
+/* Any thread, any time: raise the flag that every wait checks, and when no
+ * collective runs, fail the transport here (peers hear of it at once). */
+flx_status_t flx_comm_abort(flx_comm_h comm)
+{
+    int none = FLX_OK;
+
+    if (!arg_ok(comm != NULL, comm, "flx_comm_abort: comm is NULL"))
+        return FLX_ERR_INVALID_ARG;
+    if (__atomic_exchange_n(&comm->aborted, 1, __ATOMIC_ACQ_REL))
+        return FLX_OK; /* already aborted */
+    __atomic_compare_exchange_n(&comm->first_err, &none, (int)FLX_ERR_ABORTED, 0,
+                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    flx_warn(COLL, comm->rank, "communicator aborted by the application; pending and later "
+             "calls return FLX_ERR_ABORTED");
+    if (pthread_mutex_trylock(&comm->exec) == 0) {
+        comm_sync_abort(comm);
+        pthread_mutex_unlock(&comm->exec);
+    }
+    /* wake threads waiting for requests (they re-check) */
+    pthread_mutex_lock(&comm->lock);
+    pthread_cond_broadcast(&comm->cond);
+    pthread_mutex_unlock(&comm->lock);
+    return FLX_OK;
+}
+
+flx_status_t flx_comm_get_async_error(flx_comm_h comm)
+{
+    if (!arg_ok(comm != NULL, comm, "flx_comm_get_async_error: comm is NULL"))
+        return FLX_ERR_INVALID_ARG;
+    return (flx_status_t)__atomic_load_n(&comm->first_err, __ATOMIC_ACQUIRE);
 }
 
 flx_status_t comm_leave(flx_comm_h comm, flx_status_t st)

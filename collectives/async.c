@@ -28,6 +28,7 @@ static void *async_worker(void *arg)
         pthread_mutex_unlock(&comm->lock);
 
         pthread_mutex_lock(&comm->exec);
+        comm_sync_abort(comm);
         st = comm->err;
         if (st == FLX_OK) {
             st = req->kind == COLL_ALLREDUCE
@@ -51,6 +52,10 @@ static void *async_worker(void *arg)
 
 static flx_status_t async_submit(flx_comm_h comm, flx_request_t *req, flx_request_h *req_p)
 {
+    if (comm_aborted(comm)) { /* no request: the call itself fails */
+        free(req);
+        return FLX_ERR_ABORTED;
+    }
     pthread_mutex_lock(&comm->lock);
     if (!comm->worker_started) {
         int rc = pthread_create(&comm->worker, NULL, async_worker, comm);

@@ -52,8 +52,10 @@ flx_status_t flx_allgather_check(flx_comm_h comm, const void *sendbuf, void *rec
                                  size_t count, flx_dtype_t dtype, flx_algo_t algo);
 flx_status_t comm_enter(flx_comm_h comm);
 flx_status_t comm_leave(flx_comm_h comm, flx_status_t st);
-/* make st the communicator's sticky error and tell the peers */
+/* make st the communicator's sticky error and tell the peers (exec held) */
 void comm_record_error(flx_comm_h comm, flx_status_t st);
+/* after flx_comm_abort: make FLX_ERR_ABORTED the sticky error (exec held) */
+void comm_sync_abort(flx_comm_h comm);
 flx_status_t comm_run_allreduce(flx_comm_h comm, const void *sendbuf, void *recvbuf,
                                 size_t count, flx_dtype_t dtype, flx_op_t op,
                                 flx_algo_t algo);

@@ -215,6 +215,10 @@ flx_status_t flx_comm_destroy(flx_comm_h comm)
     if (comm == NULL)
         return FLX_OK;
     comm_async_stop(comm);
+    /* aborted while idle: no goodbye exchange, the peers hear of the abort */
+    pthread_mutex_lock(&comm->exec);
+    comm_sync_abort(comm);
+    pthread_mutex_unlock(&comm->exec);
     comm->tl->destroy(comm->tlctx);
     boot_destroy(comm->boot);
     pthread_cond_destroy(&comm->cond);
@@ -232,8 +236,11 @@ const char *flx_comm_net_name(flx_comm_h comm) { return comm ? comm->tl->name : 
 
 flx_status_t flx_comm_link_model(flx_comm_h comm, flx_link_model_t *model_p)
 {
-    if (comm == NULL || model_p == NULL)
+    if (comm == NULL || model_p == NULL) {
+        flx_error(COLL, comm ? comm->rank : -1, "flx_comm_link_model: %s is NULL",
+                  comm ? "model_p" : "comm");
         return FLX_ERR_INVALID_ARG;
+    }
     *model_p = comm->model;
     return FLX_OK;
 }

@@ -45,7 +45,10 @@ struct flx_comm {
     tl_tag_t tag;             /* the running collective's tag            */
     const char *coll_name;    /* the running collective, for log lines   */
     flx_link_model_t model;
-    flx_status_t err;         /* sticky: the first failure               */
+    flx_status_t err;         /* sticky: the first failure (under exec)  */
+    /* written by any thread, read with __atomic_load_n */
+    int aborted;              /* flx_comm_abort was called               */
+    int first_err;            /* the first error (flx_comm_get_async_error) */
     void *scratch[2];         /* [0] algorithms, [1] api working copies  */
     size_t scratch_len[2];
 
@@ -59,6 +62,12 @@ struct flx_comm {
     int worker_stop;
     pthread_t worker;
 };
+
+/* flx_comm_abort was called (any thread may ask). */
+static inline int comm_aborted(const struct flx_comm *comm)
+{
+    return __atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE);
+}
 
 /* Start a collective: take the next sequence number and set the tag. */
 void coll_begin(flx_comm_h comm, int kind, flx_algo_t algo, flx_dtype_t dtype,

@@ -1,6 +1,8 @@
 /* prim.c -- send / recv / wait primitives over the transport's ops table,
  * with bounded waiting: a wait that sees no completion for FLX_TIMEOUT
- * fails the communicator with FLX_ERR_TIMED_OUT. */
+ * fails the communicator with FLX_ERR_TIMED_OUT (one log line), and a wait
+ * on an aborted communicator returns FLX_ERR_ABORTED within a progress
+ * slice. */
 #include "collectives/comm.h"
 #include "common/log.h"
 #include "common/time.h"
@@ -36,12 +38,19 @@ flx_status_t coll_recv(flx_comm_h comm, int peer, uint32_t step, void *buf, size
     return comm->tl->irecv(comm->tlctx, peer, &tag, buf, len, req);
 }
 
+/* Longest sleep of one progress round: bounds how long flx_comm_abort
+ * from another thread takes to reach a waiting collective. */
+#define COLL_PROGRESS_SLICE_S 0.1
+
 flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, double since)
 {
-    flx_status_t st = comm->tl->progress(comm->tlctx, 0.2);
+    flx_status_t st;
 
+    if (comm_aborted(comm))
+        return FLX_ERR_ABORTED; /* the caller records it and tells the peers */
+    st = comm->tl->progress(comm->tlctx, COLL_PROGRESS_SLICE_S);
     if (st != FLX_OK)
-        return st;
+        return comm_aborted(comm) ? FLX_ERR_ABORTED : st;
     if (waiting && !waiting->complete && flx_time_now() - since > comm->cfg.timeout_s) {
         flx_error(COLL, comm->rank,
                   "%s #%u timed out after %.1f s waiting to %s rank %d (step %u)",

@@ -73,6 +73,10 @@ const char *flx_gsync_coll_name(flx_gsync_coll_t collective)
 
 void flx_gsync_opts_default(flx_gsync_opts_t *opts)
 {
+    if (opts == NULL) {
+        flx_error(COMPRESS, -1, "flx_gsync_opts_default: opts is NULL");
+        return;
+    }
     *opts = (flx_gsync_opts_t){
         .field_mask = 0,
         .method = FLX_COMPRESS_NONE,

@@ -135,6 +135,29 @@ FLX_API flx_status_t flx_comm_create(const flx_comm_params_t *params,
                                      flx_comm_h *comm_p);
 /* Destroy a communicator; waits for its pending requests.  NULL is a no-op. */
 FLX_API flx_status_t flx_comm_destroy(flx_comm_h comm);
+/*
+ * Abort the communicator: local, callable from any thread (not from a
+ * signal handler), returns at once.  A blocking collective waiting in
+ * another thread returns FLX_ERR_ABORTED within about 0.1 s; requests of
+ * the non-blocking calls, running or queued, end with FLX_ERR_ABORTED (so
+ * flx_wait and flx_test return it); every later call on comm returns
+ * FLX_ERR_ABORTED (non-blocking calls create no request).  The peers are
+ * told: their pending and later collectives fail with FLX_ERR_PEER_LOST.
+ * flx_comm_destroy must still be called (after the other threads have
+ * returned from their calls on comm) and frees everything without waiting
+ * for the peers.  FLX_OK, also when already aborted; FLX_ERR_INVALID_ARG
+ * for NULL.
+ */
+FLX_API flx_status_t flx_comm_abort(flx_comm_h comm);
+/*
+ * The first error the communicator hit, FLX_OK if none: a failed blocking
+ * call, a non-blocking request that failed in the background thread (a
+ * peer lost, FLX_TIMEOUT passed, a mismatch) before anyone waited for it,
+ * or FLX_ERR_ABORTED.  Bad arguments do not count (they break nothing).
+ * Callable from any thread; does not progress or wait.  FLX_ERR_INVALID_ARG
+ * for NULL.
+ */
+FLX_API flx_status_t flx_comm_get_async_error(flx_comm_h comm);
 FLX_API int flx_comm_rank(flx_comm_h comm);
 FLX_API int flx_comm_size(flx_comm_h comm);
 /* Name of the transport in use ("tcp" or "ib"). */

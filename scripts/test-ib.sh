@@ -9,13 +9,14 @@ build=${1:-${FLX_BUILD:-.}}
 cd "$build" || exit 2
 export FLX_NET=ib FLX_TEST_BIG_BYTES=${FLX_TEST_BIG_BYTES:-300000}
 rc=0
-for t in check_ib check_coll check_errors; do
+for t in check_ib check_coll check_errors check_faults; do
     start=$SECONDS
     if [ "$t" = check_coll ]; then
         FLX_CHUNK_SIZE=64k ./tests/$t > "/tmp/ib-$t.log" 2>&1; r=$?
     else
         ./tests/$t > "/tmp/ib-$t.log" 2>&1; r=$?
     fi
+    grep -E "^# kill trials" "/tmp/ib-$t.log"
     grep -E "^[0-9]+%: Checks" "/tmp/ib-$t.log" | sed "s/^/$t (ib, $((SECONDS - start)) s): /"
     if [ $r -ne 0 ] && [ $r -ne 77 ]; then
         grep -E "^rank [0-9]+:|:F:|:E:" "/tmp/ib-$t.log" | head -20

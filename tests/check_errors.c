@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <check.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #define SHORT_TIMEOUT "3s"
+
 
 static int is_error(flx_status_t st) { return st == FLX_ERR_MISMATCH || st == FLX_ERR_PEER_LOST; }
 
@@ -138,7 +140,9 @@ START_TEST(test_dead_peer)
     int sig = sigs[_i], codes[3];
 
     setenv("FLX_TIMEOUT", SHORT_TIMEOUT, 1);
-    mp_run(3, body_dead_peer, &sig, 30, codes);
+    /* the stopped rank is killed when the harness gives up: not later than
+     * the survivors need (FLX_TIMEOUT 3 s + 2 s each) */
+    mp_run(3, body_dead_peer, &sig, sig == SIGSTOP ? 15 : 30, codes);
     for (int r = 0; r < 2; r++)
         ck_assert_msg(codes[r] == 11 || codes[r] == 12, "signal %d rank %d exit %d", sig, r,
                       codes[r]);
@@ -208,6 +212,189 @@ START_TEST(test_strangers)
 }
 END_TEST
 
+/* ---- every kind of stranger, at the root and at a rank's mesh listener --------- */
+
+#define STRANGERS 9
+
+/* Open STRANGERS hostile connections to addr: three silent ones, 64 bytes
+ * of garbage, 1 MiB of garbage, half a HELLO then silence, half a HELLO then
+ * a hang-up, a well-formed HELLO with an impossible rank, and a wrong
+ * secret.  fds receives the ones to close later. */
+static void strangers_attack(const struct sockaddr_in *addr, int fds[STRANGERS])
+{
+    static char junk[1 << 20];
+    double deadline = flx_time_now() + 5;
+    auth_hello_t hello = {.purpose = AUTH_PURPOSE_BOOT, .rank = 1, .size = 2};
+    uint8_t wire[AUTH_HELLO_BYTES];
+    auth_key_t wrong;
+    int i;
+
+    memset(junk, 0xab, sizeof(junk));
+    for (i = 0; i < STRANGERS; i++)
+        if (sock_connect(addr, deadline, &fds[i]) != FLX_OK)
+            fds[i] = -1;
+    /* 0, 1, 2: silent */
+    sock_send_all(fds[3], junk, 64, deadline);
+    sock_send_all(fds[4], junk, sizeof(junk), flx_time_now() + 0.5); /* cut off: fine */
+    auth_hello_encode(&hello, wire);
+    sock_send_all(fds[5], wire, 20, deadline);
+    sock_send_all(fds[6], wire, 20, deadline);
+    close(fds[6]);
+    fds[6] = -1;
+    hello.rank = 1000; /* of 2 */
+    auth_hello_encode(&hello, wire);
+    sock_send_all(fds[7], wire, sizeof(wire), deadline);
+    auth_key_derive("not the secret", &wrong);
+    if (auth_connect(fds[8], &wrong, AUTH_PURPOSE_BOOT, 1, 2, deadline) != FLX_ERR_AUTH)
+        fprintf(stderr, "stranger: a wrong secret was not refused\n");
+}
+
+static void strangers_release(int fds[STRANGERS])
+{
+    for (int i = 0; i < STRANGERS; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+}
+
+/* stderr into a file while the job forms; count the rejections logged */
+static int capture_start(char *path)
+{
+    int fd = mkstemp(path), saved;
+
+    fflush(stderr);
+    saved = dup(2);
+    dup2(fd, 2);
+    close(fd);
+    return saved;
+}
+
+static int capture_stop(int saved, const char *path, const char *pattern)
+{
+    char line[512];
+    int count = 0;
+    FILE *f;
+
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    f = fopen(path, "r");
+    while (f && fgets(line, sizeof(line), f)) {
+        count += strstr(line, pattern) != NULL;
+        fputs(line, stderr);
+    }
+    if (f)
+        fclose(f);
+    unlink(path);
+    return count;
+}
+
+/* the first listening socket of this process */
+static int find_listener(struct sockaddr_in *addr_p)
+{
+    for (int fd = 3; fd < 1024; fd++) {
+        int on = 0;
+        socklen_t len = sizeof(on);
+        socklen_t alen = sizeof(*addr_p);
+        if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) == 0 && on &&
+            getsockname(fd, (struct sockaddr *)addr_p, &alen) == 0)
+            return fd;
+    }
+    return -1;
+}
+
+typedef struct {
+    int fds[STRANGERS];
+    int fired;
+} mesh_attack_t;
+
+/* in rank 1's process: wait for its mesh listener, then attack it */
+static void *mesh_attacker(void *arg)
+{
+    mesh_attack_t *ma = arg;
+    struct sockaddr_in addr;
+    double end = flx_time_now() + 5;
+
+    while (find_listener(&addr) < 0 && flx_time_now() < end)
+        usleep(2000);
+    if (flx_time_now() >= end)
+        return NULL;
+    strangers_attack(&addr, ma->fds);
+    ma->fired = 1;
+    return NULL;
+}
+
+/* where = 0: strangers at the root (rank 2 plays them, rank 1 comes 0.5 s
+ * later); where = 1: at rank 1's mesh listener (a thread of rank 1 plays
+ * them; rank 2 comes 0.8 s later).  The job forms at once regardless (not
+ * after the handshake timeouts of the strangers), and the attacked rank
+ * logs each stranger exactly once. */
+static int raw_hostile(int rank, int size, const char *root, void *arg)
+{
+    int where = *(int *)arg, saved = -1, rejected = 0, attacked = where == 0 ? 0 : 1;
+    char path[] = "/tmp/flx-hostile-XXXXXX";
+    mesh_attack_t ma = {.fired = 0};
+    struct sockaddr_in addr;
+    flx_comm_h comm;
+    flx_status_t st;
+    float x[3] = {1, 2, 3};
+    pthread_t th;
+    double t0, took;
+
+    if (where == 0 && rank == 2) {
+        int fds[STRANGERS];
+        usleep(100000); /* the root listens */
+        sock_parse_addr(root, &addr);
+        strangers_attack(&addr, fds);
+        sleep(3);
+        strangers_release(fds);
+        return 0;
+    }
+    if (rank == attacked)
+        saved = capture_start(path);
+    if (where == 1 && rank == 1)
+        pthread_create(&th, NULL, mesh_attacker, &ma);
+    if ((where == 0 && rank == 1) || (where == 1 && rank == 2))
+        usleep(where == 0 ? 500000 : 800000);
+    t0 = flx_time_now();
+    st = mp_comm_create(rank, where == 0 ? 2 : size, root, &comm);
+    took = flx_time_now() - t0;
+    if (where == 1 && rank == 1) {
+        pthread_join(th, NULL);
+        if (!ma.fired)
+            return mp_fail(rank, "no mesh listener found to attack");
+    }
+    if (rank == attacked)
+        rejected = capture_stop(saved, path, "rejected connection from");
+    if (st != FLX_OK)
+        return mp_fail(rank, "comm_create with strangers around: %s", flx_status_string(st));
+    /* tcp forms in milliseconds: the bound shows nobody waited for a
+     * stranger's FLX_HANDSHAKE_TIMEOUT (9 strangers, 1 s each if served one
+     * after the other); ib's setup alone takes seconds in an emulated VM */
+    if (rank != attacked && took > (strcmp(flx_comm_net_name(comm), "tcp") == 0 ? 1.5 : 15.0))
+        return mp_fail(rank, "the job took %.2f s to form: the strangers held it up", took);
+    st = flx_allreduce(comm, x, x, 3, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO);
+    if (st != FLX_OK || x[2] != 3.0f * flx_comm_size(comm))
+        return mp_fail(rank, "allreduce after strangers: %s %g", flx_status_string(st), x[2]);
+    flx_comm_destroy(comm);
+    if (where == 1 && rank == 1)
+        strangers_release(ma.fds);
+    if (rank == attacked && rejected != STRANGERS)
+        return mp_fail(rank, "%d rejections logged for %d strangers", rejected, STRANGERS);
+    return 0;
+}
+
+START_TEST(test_hostile)
+{
+    int where = _i;
+
+    setenv("FLX_HANDSHAKE_TIMEOUT", "1s", 1);
+    setenv("FLX_CALIBRATE", "no", 1);
+    ck_assert_int_eq(mp_run_raw(3, raw_hostile, &where, 60, NULL), 0);
+    unsetenv("FLX_HANDSHAKE_TIMEOUT");
+    unsetenv("FLX_CALIBRATE");
+}
+END_TEST
+
 /* a rank with another secret is refused; the root gives up at its deadline */
 static int raw_wrong_secret(int rank, int size, const char *root, void *arg)
 {
@@ -261,6 +448,56 @@ static int body_bad_args(flx_comm_h comm, int rank, int size, void *arg)
     EXPECT_INVALID(flx_iallreduce(comm, a, a, 4, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO, NULL));
     EXPECT_INVALID(flx_barrier(NULL));
     EXPECT_INVALID(flx_wait(NULL));
+    EXPECT_INVALID(flx_test(NULL));
+    EXPECT_INVALID(flx_iallreduce(comm, a, a + 1, 4, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO, &req));
+    EXPECT_INVALID(flx_iallgather(comm, a, big, 4, FLX_FLOAT32, FLX_ALGO_AUTO, NULL));
+    EXPECT_INVALID(flx_iallgather(NULL, a, big, 4, FLX_FLOAT32, FLX_ALGO_AUTO, &req));
+    EXPECT_INVALID(flx_allgather(comm, a, NULL, 4, FLX_FLOAT32, FLX_ALGO_AUTO));
+    EXPECT_INVALID(flx_allgather(comm, a, big, (size_t)1 << 60, FLX_FLOAT32, FLX_ALGO_AUTO));
+    EXPECT_INVALID(flx_allgather(comm, a, big, 4, FLX_FLOAT32, (flx_algo_t)-1));
+    EXPECT_INVALID(flx_broadcast(comm, NULL, 4, FLX_FLOAT32, 0));
+    EXPECT_INVALID(flx_broadcast(comm, a, 4, (flx_dtype_t)-3, 0));
+    EXPECT_INVALID(flx_reduce_scatter(comm, NULL, big, 4, FLX_FLOAT32, FLX_SUM));
+    EXPECT_INVALID(flx_reduce_scatter(comm, big, big + 8, 4, FLX_FLOAT32, (flx_op_t)-1));
+    EXPECT_INVALID(flx_reduce_scatter(comm, big, big, (size_t)1 << 61, FLX_FLOAT32, FLX_SUM));
+    EXPECT_INVALID(flx_mem_register(comm, NULL, 16));
+    EXPECT_INVALID(flx_mem_register(comm, a, 0));
+    EXPECT_INVALID(flx_mem_deregister(comm, NULL));
+    EXPECT_INVALID(flx_comm_link_model(comm, NULL));
+    EXPECT_INVALID(flx_comm_abort(NULL));
+    EXPECT_INVALID(flx_comm_get_async_error(NULL));
+    {
+        size_t counts[4], displs[4];
+        EXPECT_INVALID(flx_allgatherv(comm, a, 4, big, 64, counts, counts, FLX_FLOAT32,
+                                      FLX_ALGO_AUTO));
+        EXPECT_INVALID(flx_allgatherv(comm, a, 4, big, 64, NULL, displs, FLX_FLOAT32,
+                                      FLX_ALGO_AUTO));
+        EXPECT_INVALID(flx_allgatherv(comm, a, 4, big, 64, counts, displs, (flx_dtype_t)99,
+                                      FLX_ALGO_AUTO));
+        EXPECT_INVALID(flx_allgatherv(comm, a, (size_t)1 << 62, big, 64, counts, displs,
+                                      FLX_FLOAT32, FLX_ALGO_AUTO));
+        EXPECT_INVALID(flx_allgatherv(comm, a, 4, big, 64, (size_t *)big, displs, FLX_FLOAT32,
+                                      FLX_ALGO_AUTO));
+    }
+    {
+        flx_gsync_h g = NULL;
+        flx_gsync_opts_t o;
+        flx_gsync_opts_default(NULL); /* logs, no crash */
+        flx_gsync_opts_default(&o);
+        EXPECT_INVALID(flx_gsync_create(NULL, 16, NULL, &g));
+        EXPECT_INVALID(flx_gsync_create(comm, 16, NULL, NULL));
+        EXPECT_INVALID(flx_gsync_create(comm, 0, NULL, &g));
+        EXPECT_INVALID(flx_gsync_create(comm, (size_t)1 << 40, NULL, &g));
+        o.field_mask = FLX_GSYNC_OPT_KEPT_FRACTION;
+        o.kept_fraction = 0.0 / 0.0;
+        EXPECT_INVALID(flx_gsync_create(comm, 16, &o, &g));
+        EXPECT_INVALID(flx_gsync_step(NULL, a, NULL));
+        EXPECT_INVALID(flx_gsync_set_kept_fraction(NULL, 0.5));
+        EXPECT_INVALID(flx_gsync_set_collective(NULL, FLX_GSYNC_COLL_AUTO));
+        if (g != NULL || flx_gsync_kept(NULL) != 0 || flx_gsync_residual(NULL) != NULL ||
+            flx_gsync_destroy(NULL) != FLX_OK)
+            return mp_fail(rank, "gsync NULL handling");
+    }
     (void)req;
     /* none of that touched the wire: a real collective still works */
     a[0] = (float)rank;
@@ -342,6 +579,10 @@ int main(void)
     tcase_add_test(tc, test_wrong_secret);
     tcase_add_test(tc, test_bad_args);
     tcase_add_test(tc, test_bad_env);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("hostile");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_hostile, 0, 2);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

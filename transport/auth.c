@@ -88,38 +88,54 @@ flx_status_t auth_connect(int fd, const auth_key_t *key, uint16_t purpose, int r
     return st;
 }
 
-flx_status_t auth_accept(int fd, const auth_key_t *key, double deadline,
-                         auth_hello_t *hello_p)
+_Static_assert(AUTH_MAC_BYTES == crypto_auth_hmacsha256_BYTES, "HMAC-SHA-256 size");
+
+flx_status_t auth_accept_start(int fd, const auth_key_t *key, double deadline,
+                               auth_accept_state_t *state)
 {
-    uint8_t wire[AUTH_HELLO_BYTES];
-    uint8_t chal[AUTH_NONCE_BYTES + crypto_auth_hmacsha256_BYTES];
-    uint8_t mac[crypto_auth_hmacsha256_BYTES], proof[sizeof(mac)];
-    uint8_t verdict = 1;
-    auth_hello_t hello;
     flx_status_t st;
 
-    st = sock_recv_all(fd, wire, sizeof(wire), deadline);
+    st = sock_recv_all(fd, state->wire, sizeof(state->wire), deadline);
     if (st != FLX_OK)
         return st;
-    st = auth_hello_decode(wire, &hello);
+    st = auth_hello_decode(state->wire, &state->hello);
     if (st != FLX_OK)
         return st;
-    randombytes_buf(chal, AUTH_NONCE_BYTES);
-    auth_mac(key, 'A', wire, chal, chal + AUTH_NONCE_BYTES);
-    st = sock_send_all(fd, chal, sizeof(chal), deadline);
-    if (st == FLX_OK)
-        st = sock_recv_all(fd, proof, sizeof(proof), deadline);
+    randombytes_buf(state->chal, AUTH_NONCE_BYTES);
+    auth_mac(key, 'A', state->wire, state->chal, state->chal + AUTH_NONCE_BYTES);
+    return sock_send_all(fd, state->chal, sizeof(state->chal), deadline);
+}
+
+flx_status_t auth_accept_finish(int fd, const auth_key_t *key, double deadline,
+                                const auth_accept_state_t *state, auth_hello_t *hello_p)
+{
+    uint8_t mac[crypto_auth_hmacsha256_BYTES], proof[sizeof(mac)];
+    uint8_t verdict = 1;
+    flx_status_t st;
+
+    st = sock_recv_all(fd, proof, sizeof(proof), deadline);
     /* a connector that hangs up after our challenge found our proof wrong */
     if (st == FLX_ERR_PEER_LOST)
         return FLX_ERR_AUTH;
     if (st != FLX_OK)
         return st;
-    auth_mac(key, 'C', wire, chal, mac);
+    auth_mac(key, 'C', state->wire, state->chal, mac);
     if (sodium_memcmp(mac, proof, sizeof(mac)) != 0)
         return FLX_ERR_AUTH;
     st = sock_send_all(fd, &verdict, 1, deadline);
     if (st != FLX_OK)
         return st;
-    *hello_p = hello;
+    *hello_p = state->hello;
     return FLX_OK;
+}
+
+flx_status_t auth_accept(int fd, const auth_key_t *key, double deadline,
+                         auth_hello_t *hello_p)
+{
+    auth_accept_state_t state;
+    flx_status_t st = auth_accept_start(fd, key, deadline, &state);
+
+    if (st != FLX_OK)
+        return st;
+    return auth_accept_finish(fd, key, deadline, &state, hello_p);
 }

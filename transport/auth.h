@@ -48,4 +48,19 @@ flx_status_t auth_connect(int fd, const auth_key_t *key, uint16_t purpose, int r
 flx_status_t auth_accept(int fd, const auth_key_t *key, double deadline,
                          auth_hello_t *hello_p);
 
+/* The acceptor's side in two halves, for a caller that serves many
+ * connections at once (bootstrap): start reads the HELLO and sends the
+ * challenge, finish reads the proof and sends the verdict.  auth_accept is
+ * start then finish. */
+#define AUTH_MAC_BYTES 32
+typedef struct {
+    uint8_t wire[AUTH_HELLO_BYTES];
+    uint8_t chal[AUTH_NONCE_BYTES + AUTH_MAC_BYTES];
+    auth_hello_t hello;
+} auth_accept_state_t;
+flx_status_t auth_accept_start(int fd, const auth_key_t *key, double deadline,
+                               auth_accept_state_t *state);
+flx_status_t auth_accept_finish(int fd, const auth_key_t *key, double deadline,
+                                const auth_accept_state_t *state, auth_hello_t *hello_p);
+
 #endif

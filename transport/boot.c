@@ -4,18 +4,157 @@
 #include "transport/sock.h"
 #include "common/log.h"
 #include "common/time.h"
+#include "common/util.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* Accept until every expected peer (expect(rank) true) has authenticated.
- * Strangers and failed handshakes are logged and dropped. */
-static flx_status_t boot_accept_peers(boot_t *boot, int lfd, uint16_t purpose, int count,
-                                      double deadline)
+/* Accepted connections still in their handshake.  They wait side by side,
+ * each until its own deadline (FLX_HANDSHAKE_TIMEOUT after its accept), and
+ * each step runs only once its bytes are all there (SO_RCVLOWAT), so a
+ * stranger that stays silent, sends half a message or stops after its HELLO
+ * never holds up the ranks behind it. */
+#define BOOT_MAX_WAITING 64
+
+typedef struct {
+    int n;
+    struct {
+        int fd;
+        int got_hello;             /* challenge sent, the proof is next */
+        struct sockaddr_in peer;
+        double deadline;
+        auth_accept_state_t auth;
+    } c[BOOT_MAX_WAITING];
+} boot_waiting_t;
+
+static void waiting_drop(boot_t *boot, boot_waiting_t *w, int i, const char *why)
+{
+    char ps[64];
+
+    flx_warn(INIT, boot->rank, "rejected connection from %s: %s",
+             sock_addr_str(&w->c[i].peer, ps, sizeof(ps)), why);
+    close(w->c[i].fd);
+    w->c[i] = w->c[--w->n];
+}
+
+static void waiting_close_all(boot_t *boot, boot_waiting_t *w)
+{
+    while (w->n > 0)
+        waiting_drop(boot, w, w->n - 1, "no complete handshake when the bootstrap ended");
+}
+
+static void set_lowat(int fd, int bytes)
+{
+    setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &bytes, sizeof(bytes));
+}
+
+/* Take every connection the listener has; the oldest waiting one makes room
+ * when the set is full. */
+static void waiting_accept(boot_t *boot, int lfd, boot_waiting_t *w, double deadline)
+{
+    for (;;) {
+        struct sockaddr_in peer;
+        socklen_t plen = sizeof(peer);
+        int oldest = 0;
+        int fd = accept4(lfd, (struct sockaddr *)&peer, &plen, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+        if (fd < 0)
+            return; /* EAGAIN, or an error the next poll reports again */
+        if (w->n == BOOT_MAX_WAITING) {
+            for (int i = 1; i < w->n; i++)
+                if (w->c[i].deadline < w->c[oldest].deadline)
+                    oldest = i;
+            waiting_drop(boot, w, oldest, "too many connections waiting to authenticate");
+        }
+        sock_set_nodelay(fd);
+        set_lowat(fd, AUTH_HELLO_BYTES); /* readable: the whole HELLO, or EOF */
+        w->c[w->n].fd = fd;
+        w->c[w->n].got_hello = 0;
+        w->c[w->n].peer = peer;
+        w->c[w->n].deadline = FLX_MIN(flx_time_now() + boot->cfg.handshake_timeout_s, deadline);
+        w->n++;
+    }
+}
+
+/* One step of entry i's handshake, its bytes being there.  1: entry i
+ * authenticated (taken out of the set), 0: go on. */
+static int waiting_step(boot_t *boot, boot_waiting_t *w, int i, int *fd_p,
+                        struct sockaddr_in *peer_p, auth_hello_t *hello_p)
+{
+    double step_deadline = FLX_MIN(flx_time_now() + 0.1, w->c[i].deadline);
+    flx_status_t st;
+
+    if (!w->c[i].got_hello) {
+        st = auth_accept_start(w->c[i].fd, &boot->key, step_deadline, &w->c[i].auth);
+        if (st == FLX_OK) {
+            w->c[i].got_hello = 1;
+            set_lowat(w->c[i].fd, AUTH_MAC_BYTES);
+            return 0;
+        }
+    } else {
+        st = auth_accept_finish(w->c[i].fd, &boot->key, step_deadline, &w->c[i].auth, hello_p);
+        if (st == FLX_OK) {
+            set_lowat(w->c[i].fd, 1);
+            *fd_p = w->c[i].fd;
+            *peer_p = w->c[i].peer;
+            w->c[i] = w->c[--w->n];
+            return 1;
+        }
+    }
+    waiting_drop(boot, w, i, st == FLX_ERR_AUTH ? "wrong job secret"
+                             : st == FLX_ERR_PEER_LOST ? "closed during the handshake"
+                                                       : flx_status_string(st));
+    return 0;
+}
+
+/* The next connection that passes the handshake, waiting until deadline. */
+static flx_status_t boot_next_peer(boot_t *boot, int lfd, boot_waiting_t *w, double deadline,
+                                   int *fd_p, struct sockaddr_in *peer_p, auth_hello_t *hello_p)
+{
+    for (;;) {
+        struct pollfd pfds[BOOT_MAX_WAITING + 1];
+        double now = flx_time_now(), wake = deadline;
+        int nfds = 0, rc;
+
+        for (int i = 0; i < w->n;) {
+            if (now >= w->c[i].deadline) {
+                waiting_drop(boot, w, i, "no complete handshake within FLX_HANDSHAKE_TIMEOUT");
+                continue;
+            }
+            wake = FLX_MIN(wake, w->c[i].deadline);
+            i++;
+        }
+        if (now >= deadline)
+            return FLX_ERR_TIMED_OUT;
+        for (int i = 0; i < w->n; i++)
+            pfds[nfds++] = (struct pollfd){.fd = w->c[i].fd, .events = POLLIN};
+        pfds[nfds++] = (struct pollfd){.fd = lfd, .events = POLLIN};
+        rc = poll(pfds, (nfds_t)nfds, (int)((wake - now) * 1000.0) + 1);
+        if (rc < 0 && errno != EINTR) {
+            flx_error(INIT, boot->rank, "poll failed: %m");
+            return FLX_ERR_SYSTEM;
+        }
+        if (rc <= 0)
+            continue;
+        /* from the last: taking an entry out moves the last one into its hole */
+        for (int i = nfds - 2; i >= 0; i--)
+            if (pfds[i].revents && waiting_step(boot, w, i, fd_p, peer_p, hello_p))
+                return FLX_OK;
+        if (pfds[nfds - 1].revents)
+            waiting_accept(boot, lfd, w, deadline);
+    }
+}
+
+/* The accept loop of boot_accept_peers: authenticated connections come
+ * from boot_next_peer. */
+static flx_status_t boot_accept_loop(boot_t *boot, int lfd, uint16_t purpose, int count,
+                                     double deadline, boot_waiting_t *waiting)
 {
     int have = 0;
 
@@ -24,9 +163,8 @@ static flx_status_t boot_accept_peers(boot_t *boot, int lfd, uint16_t purpose, i
         auth_hello_t hello;
         char ps[64];
         int fd;
-        double hs_deadline;
         const char *why;
-        flx_status_t st = sock_accept(lfd, deadline, &fd, &peer);
+        flx_status_t st = boot_next_peer(boot, lfd, waiting, deadline, &fd, &peer, &hello);
 
         if (st == FLX_ERR_TIMED_OUT) {
             flx_error(INIT, boot->rank,
@@ -37,16 +175,6 @@ static flx_status_t boot_accept_peers(boot_t *boot, int lfd, uint16_t purpose, i
         if (st != FLX_OK)
             return st;
         sock_addr_str(&peer, ps, sizeof(ps));
-        hs_deadline = flx_time_now() + boot->cfg.handshake_timeout_s;
-        if (hs_deadline > deadline)
-            hs_deadline = deadline;
-        st = auth_accept(fd, &boot->key, hs_deadline, &hello);
-        if (st != FLX_OK) {
-            flx_warn(INIT, boot->rank, "rejected connection from %s: %s", ps,
-                     st == FLX_ERR_AUTH ? "wrong job secret" : flx_status_string(st));
-            close(fd);
-            continue;
-        }
         st = boot_hello_check(&hello, purpose, boot->rank, boot->size, boot->fds, &why);
         if (st != FLX_OK) {
             flx_error(INIT, boot->rank,
@@ -72,6 +200,18 @@ static flx_status_t boot_accept_peers(boot_t *boot, int lfd, uint16_t purpose, i
         have++;
     }
     return FLX_OK;
+}
+
+/* Accept until every expected peer (expect(rank) true) has authenticated.
+ * Strangers and failed handshakes are logged and dropped. */
+static flx_status_t boot_accept_peers(boot_t *boot, int lfd, uint16_t purpose, int count,
+                                      double deadline)
+{
+    boot_waiting_t waiting = {.n = 0};
+    flx_status_t st = boot_accept_loop(boot, lfd, purpose, count, deadline, &waiting);
+
+    waiting_close_all(boot, &waiting);
+    return st;
 }
 
 static flx_status_t boot_root(boot_t *boot, const struct sockaddr_in *root, int *lfd_p,

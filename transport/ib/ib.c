@@ -177,7 +177,7 @@ static flx_status_t req_doomed(tl_ctx_t *ctx, ib_conn_t *c, const tl_tag_t *tag,
         return ctx->err;
     if (ctx->remote_failed && seq_ge(tag->seq, ctx->remote_seq))
         return ctx->remote_err;
-    if (peer_gone && (c->errored || c->bye)) {
+    if (peer_gone && (c->errored || c->bye || c->eof)) { /* eof: its process is gone */
         flx_error(NET, ctx->rank, "rank %d has left the job; collective #%u cannot complete",
                   c->peer, tag->seq);
         return FLX_ERR_PEER_LOST;
@@ -678,6 +678,12 @@ static void handle_wc(tl_ctx_t *ctx, const struct ibv_wc *wc)
                 ib_fail(ctx, FLX_ERR_PROTOCOL, "length");
                 return;
             }
+            if (c->credits > ctx->recv_depth) { /* it has only recv_depth receives for us */
+                flx_error(NET, ctx->rank, "rank %d returned %u credits, more than the %d "
+                          "receives it posted", peer, h.credits, ctx->recv_depth);
+                ib_fail(ctx, FLX_ERR_PROTOCOL, "credits");
+                return;
+            }
             switch (h.type) {
             case IB_MSG_EAGER:
             case IB_MSG_RTS:
@@ -749,6 +755,11 @@ static void boot_sock_event(tl_ctx_t *ctx, int peer)
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
+    if (n > 0) { /* only failure reports travel here */
+        flx_error(NET, ctx->rank, "rank %d sent %zd bytes that are no failure report on the "
+                  "bootstrap socket", peer, n);
+        ib_fail(ctx, FLX_ERR_PROTOCOL, "bootstrap socket");
+    }
     c->eof = 1;
     /* its last messages and goodbye may still sit in our CQ: take them first */
     poll_cq(ctx);

@@ -219,6 +219,13 @@ static flx_status_t tcp_isend(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, cons
         req_finish(req, req->status);
         return req->status;
     }
+    if (c->bye || c->eof) {
+        flx_error(NET, ctx->rank, "rank %d has left the job; collective #%u cannot complete",
+                  peer, tag->seq);
+        tcp_fail(ctx, FLX_ERR_PEER_LOST, "peer gone");
+        req_finish(req, FLX_ERR_PEER_LOST);
+        return FLX_ERR_PEER_LOST;
+    }
     hdr_from_tag((tcp_hdr_t *)req->priv, TCP_MSG_DATA, tag, len);
     if (c->sq_tail)
         c->sq_tail->next = req;
@@ -515,13 +522,17 @@ static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c)
                 conn_fail_posted(c, ctx->remote_err);
                 return 0;
             }
-            if (!c->bye || c->posted_head || in_payload || c->rhdr_got) {
+            if (c->posted_head || c->sq_head || in_payload || c->rhdr_got) {
                 flx_error(NET, ctx->rank, "connection to rank %d closed%s", c->peer,
-                          c->posted_head ? " while a collective waits for it"
-                                         : " without a goodbye (rank died?)");
+                          in_payload || c->rhdr_got ? " in the middle of a message"
+                          : c->posted_head ? " while a collective waits for it"
+                                           : " with messages still to send to it");
                 tcp_fail(ctx, FLX_ERR_PEER_LOST, "eof");
                 return -1;
             }
+            /* gone between two of its messages (goodbye or not): what it
+             * sent is here and may still complete collectives; the next
+             * request that needs it fails (tcp_irecv, tcp_isend) */
             return 0;
         }
         if (errno == EAGAIN || errno == EINTR)

@@ -1,0 +1,611 @@
+/* check_faults.c -- faults on real forked ranks over real sockets: a rank
+ * SIGKILLed at a random moment of a loop of mixed collectives (20 trials),
+ * the root dying during bootstrap, a data socket reset mid-transfer, the
+ * watchdog of every collective kind (one log line), flx_comm_abort from
+ * another thread, flx_comm_get_async_error.  Runs on the backend FLX_NET
+ * picks (scripts/test-ib.sh runs it with FLX_NET=ib in the SoftRoCE VM).
+ *
+ * FLX_FAULT_TRIALS overrides the number of kill trials (default 20). */
+#include "tests/mp.h"
+#include "collectives/comm.h"
+#include "common/time.h"
+#include "transport/tcp/tcp.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define FAULT_TIMEOUT_S 2.0  /* FLX_TIMEOUT in these tests */
+#define FAULT_MARGIN_S 1.5   /* what an error may take beyond it */
+#define MAX_RANKS 8
+
+static void *shared_alloc(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(p, MAP_FAILED);
+    memset(p, 0, bytes);
+    return p;
+}
+
+static int is_tcp(flx_comm_h comm) { return strcmp(flx_comm_net_name(comm), "tcp") == 0; }
+
+/* every child reaped: no zombie left behind */
+static void assert_no_children(void)
+{
+    int status;
+    ck_assert_int_eq(waitpid(-1, &status, WNOHANG), -1);
+    ck_assert_int_eq(errno, ECHILD);
+}
+
+static void fault_env(void)
+{
+    setenv("FLX_TIMEOUT", "2s", 1);
+    setenv("FLX_CALIBRATE", "no", 1);
+}
+
+static void fault_env_clear(void)
+{
+    unsetenv("FLX_TIMEOUT");
+    unsetenv("FLX_CALIBRATE");
+}
+
+/* ---- SIGKILL at a random moment -------------------------------------------- */
+
+typedef struct {
+    int victim;
+    double delay_s;
+    unsigned seed;
+    double kill_t;                /* when the victim killed itself       */
+    double err_t[MAX_RANKS];      /* when a survivor's call failed        */
+    double call_s[MAX_RANKS];     /* how long that call took              */
+    int status[MAX_RANKS];
+    int calls[MAX_RANKS];
+} kill_trial_t;
+
+static void *killer_thread(void *arg)
+{
+    kill_trial_t *t = arg;
+    struct timespec ts = {.tv_sec = (time_t)t->delay_s,
+                          .tv_nsec = (long)((t->delay_s - (double)(time_t)t->delay_s) * 1e9)};
+
+    nanosleep(&ts, NULL);
+    t->kill_t = flx_time_now();
+    __sync_synchronize();
+    kill(getpid(), SIGKILL);
+    return NULL;
+}
+
+/* One call of a mixed loop, the same on every rank (same seed). */
+static flx_status_t mixed_call(flx_comm_h comm, int size, unsigned *seed, float *a, float *b)
+{
+    size_t count = 1 + (size_t)rand_r(seed) % (1u << 16);
+    flx_algo_t algo = (flx_algo_t)(1 + rand_r(seed) % 3);
+    int root = rand_r(seed) % size;
+    flx_request_h req;
+    flx_status_t st;
+
+    switch (rand_r(seed) % 7) {
+    case 0: return flx_allreduce(comm, a, a, count, FLX_FLOAT32, FLX_SUM, algo);
+    case 1: return flx_allreduce(comm, a, b, count * 4, FLX_FLOAT32, FLX_MAX, FLX_ALGO_AUTO);
+    case 2: return flx_allgather(comm, a, b, count, FLX_FLOAT32,
+                                 algo == FLX_ALGO_TREE ? FLX_ALGO_RING : algo);
+    case 3: return flx_broadcast(comm, a, count, FLX_FLOAT32, root);
+    case 4: return flx_reduce_scatter(comm, b, a, count, FLX_FLOAT32, FLX_SUM);
+    case 5: return flx_barrier(comm);
+    default:
+        st = flx_iallreduce(comm, a, a, count, FLX_FLOAT32, FLX_SUM, algo, &req);
+        return st == FLX_OK ? flx_wait(req) : st;
+    }
+}
+
+static int body_kill(flx_comm_h comm, int rank, int size, void *arg)
+{
+    kill_trial_t *t = arg;
+    size_t n = (size_t)(1u << 18) * (size_t)size;
+    float *a = calloc(n, sizeof(float)), *b = calloc(n, sizeof(float));
+    unsigned seed = t->seed;
+    double end = flx_time_now() + 20;
+    flx_status_t st = FLX_OK;
+    pthread_t th;
+
+    if (rank == t->victim && pthread_create(&th, NULL, killer_thread, t) != 0)
+        return mp_fail(rank, "pthread_create");
+    while (st == FLX_OK && flx_time_now() < end) {
+        double t0 = flx_time_now();
+        st = mixed_call(comm, size, &seed, a, b);
+        t->call_s[rank] = flx_time_now() - t0;
+        t->calls[rank]++;
+    }
+    t->err_t[rank] = flx_time_now();
+    t->status[rank] = st;
+    free(a);
+    free(b);
+    return st == FLX_ERR_PEER_LOST || st == FLX_ERR_TIMED_OUT ? 0 : 1;
+}
+
+START_TEST(test_kill_trials)
+{
+    const char *env = getenv("FLX_FAULT_TRIALS");
+    int trials = env ? atoi(env) : 20, survived = 0, size = 3;
+    double worst = 0, sum = 0;
+    int nerr = 0;
+    unsigned rng = (unsigned)getpid();
+    kill_trial_t *t = shared_alloc(sizeof(*t));
+
+    fault_env();
+    for (int i = 0; i < trials; i++) {
+        int codes[MAX_RANKS], ok = 1;
+        memset(t, 0, sizeof(*t));
+        t->victim = rand_r(&rng) % size;
+        t->delay_s = 0.02 + (rand_r(&rng) % 1000) * 0.0004; /* 20 .. 420 ms */
+        t->seed = (unsigned)rand_r(&rng);
+        mp_run(size, body_kill, t, 30, codes);
+        assert_no_children();
+        for (int r = 0; r < size; r++) {
+            double lat;
+            if (r == t->victim) {
+                if (codes[r] != 128 + SIGKILL) {
+                    fprintf(stderr, "trial %d: the victim %d exited %d\n", i, r, codes[r]);
+                    ok = 0;
+                }
+                continue;
+            }
+            lat = t->err_t[r] - t->kill_t;
+            if (codes[r] != 0 || t->call_s[r] > FAULT_TIMEOUT_S + FAULT_MARGIN_S ||
+                lat > FAULT_TIMEOUT_S + FAULT_MARGIN_S) {
+                fprintf(stderr, "trial %d (victim %d at %.0f ms): rank %d exit %d, %s after %d "
+                        "calls, %.2f s after the kill, last call %.2f s\n", i, t->victim,
+                        t->delay_s * 1e3, r, codes[r], flx_status_name(t->status[r]),
+                        t->calls[r], lat, t->call_s[r]);
+                ok = 0;
+                continue;
+            }
+            if (lat > worst)
+                worst = lat;
+            sum += lat;
+            nerr++;
+        }
+        survived += ok;
+    }
+    printf("# kill trials (%s): %d/%d with every survivor failing in time; time from the kill "
+           "to the error: mean %.0f ms, max %.0f ms\n",
+           getenv("FLX_NET") ? getenv("FLX_NET") : "auto", survived, trials,
+           nerr ? sum / nerr * 1e3 : 0.0, worst * 1e3);
+    fflush(stdout);
+    munmap(t, sizeof(*t));
+    fault_env_clear();
+    ck_assert_int_eq(survived, trials);
+}
+END_TEST
+
+/* ---- the root dies during bootstrap ------------------------------------------ */
+
+typedef struct {
+    int when;                   /* 0: root never comes, 1: dies after rank 1 joined */
+    double took[MAX_RANKS];
+    int status[MAX_RANKS];
+} root_death_t;
+
+static void *die_later(void *arg)
+{
+    usleep((useconds_t)(*(int *)arg));
+    kill(getpid(), SIGKILL);
+    return NULL;
+}
+
+static int raw_root_dies(int rank, int size, const char *root, void *arg)
+{
+    root_death_t *rd = arg;
+    static int delay_us = 300000;
+    flx_comm_h comm;
+    flx_status_t st;
+    pthread_t th;
+    double t0;
+
+    if (rank == 0) {
+        if (rd->when == 0)
+            return 0; /* never listens */
+        pthread_create(&th, NULL, die_later, &delay_us);
+    }
+    if (rank == 2)
+        usleep(600000); /* arrives after the root died */
+    t0 = flx_time_now();
+    st = mp_comm_create(rank, size, root, &comm);
+    rd->took[rank] = flx_time_now() - t0;
+    rd->status[rank] = st;
+    if (st == FLX_OK) {
+        flx_comm_destroy(comm);
+        return mp_fail(rank, "a job without its root formed");
+    }
+    return 0;
+}
+
+START_TEST(test_root_dies_in_bootstrap)
+{
+    root_death_t *rd = shared_alloc(sizeof(*rd));
+    int codes[3];
+
+    rd->when = _i;
+    setenv("FLX_CONNECT_TIMEOUT", "2s", 1);
+    mp_run_raw(3, raw_root_dies, rd, 30, codes);
+    assert_no_children();
+    for (int r = 1; r < 3; r++) {
+        ck_assert_msg(codes[r] == 0, "case %d rank %d exit %d", _i, r, codes[r]);
+        ck_assert_msg(rd->status[r] == FLX_ERR_TIMED_OUT || rd->status[r] == FLX_ERR_PEER_LOST,
+                      "case %d rank %d: %s", _i, r, flx_status_name(rd->status[r]));
+        ck_assert_msg(rd->took[r] < 2.0 + FAULT_MARGIN_S, "case %d rank %d took %.1f s", _i, r,
+                      rd->took[r]);
+    }
+    unsetenv("FLX_CONNECT_TIMEOUT");
+    munmap(rd, sizeof(*rd));
+}
+END_TEST
+
+/* ---- a data socket reset in the middle of a transfer (tcp) --------------------- */
+
+/* Reset the connection to peer 0 under the running collective: SO_LINGER 0
+ * and the last reference dropped (dup2 of /dev/null over the descriptor)
+ * send a RST; this rank then reads from something that is no socket. */
+static void *reset_thread(void *arg)
+{
+    flx_comm_h comm = arg;
+    int fd = comm->tlctx->conns[0].fd, devnull = open("/dev/null", O_RDWR);
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+
+    usleep(50000);
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    dup2(devnull, fd);
+    close(devnull);
+    return NULL;
+}
+
+static int body_reset(flx_comm_h comm, int rank, int size, void *arg)
+{
+    size_t n = (size_t)1 << 20;
+    float *a = calloc(n, sizeof(float));
+    double end, t0;
+    flx_status_t st = FLX_OK;
+    pthread_t th;
+
+    (void)size;
+    (void)arg;
+    if (!is_tcp(comm)) {
+        free(a);
+        return 0; /* tcp only: the ib data path has no socket to reset */
+    }
+    if (rank == 1 && pthread_create(&th, NULL, reset_thread, comm) != 0)
+        return mp_fail(rank, "pthread_create");
+    end = flx_time_now() + 10;
+    while (st == FLX_OK && flx_time_now() < end) {
+        t0 = flx_time_now();
+        st = flx_allreduce(comm, a, a, n, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING);
+        if (flx_time_now() - t0 > FAULT_TIMEOUT_S + FAULT_MARGIN_S)
+            return mp_fail(rank, "a call took %.1f s", flx_time_now() - t0);
+    }
+    if (rank == 1)
+        pthread_join(th, NULL);
+    free(a);
+    if (st == FLX_OK)
+        return mp_fail(rank, "no error after a reset connection");
+    if (flx_comm_get_async_error(comm) != st)
+        return mp_fail(rank, "async error %s, call %s",
+                       flx_status_name(flx_comm_get_async_error(comm)), flx_status_name(st));
+    return 0;
+}
+
+START_TEST(test_reset_mid_transfer)
+{
+    fault_env();
+    ck_assert_int_eq(mp_run(3, body_reset, NULL, 30, NULL), 0);
+    assert_no_children();
+    fault_env_clear();
+}
+END_TEST
+
+/* ---- the watchdog: every collective kind, one log line -------------------------- */
+
+enum { WD_ALLREDUCE, WD_ALLGATHER, WD_BCAST, WD_REDUCE_SCATTER, WD_BARRIER, WD_IALLREDUCE,
+       WD_COUNT };
+static const char *const wd_names[] = {"allreduce #1 ", "allgather #1 ", "broadcast #1 ",
+                                       "reduce_scatter #1 ", "barrier #1 ", "allreduce #1 "};
+
+static flx_status_t wd_call(flx_comm_h comm, int kind, float *a, float *b)
+{
+    flx_request_h req;
+    flx_status_t st;
+
+    switch (kind) {
+    case WD_ALLREDUCE: return flx_allreduce(comm, a, a, 1000, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO);
+    case WD_ALLGATHER: return flx_allgather(comm, a, b, 1000, FLX_FLOAT32, FLX_ALGO_AUTO);
+    case WD_BCAST: return flx_broadcast(comm, a, 1000, FLX_FLOAT32, 1);
+    case WD_REDUCE_SCATTER: return flx_reduce_scatter(comm, b, a, 1000, FLX_FLOAT32, FLX_SUM);
+    case WD_BARRIER: return flx_barrier(comm);
+    default:
+        st = flx_iallreduce(comm, a, a, 1000, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO, &req);
+        return st == FLX_OK ? flx_wait(req) : st;
+    }
+}
+
+/* rank 1 is alive but late (2.5 s): rank 0 times out after FLX_TIMEOUT = 1 s
+ * with one log line naming the collective, its number and rank 1 */
+static int raw_watchdog(int rank, int size, const char *root, void *arg)
+{
+    int kind = *(int *)arg, saved = -1, lines = 0, named = 0;
+    static float a[4000], b[4000];
+    char path[] = "/tmp/flx-wd-XXXXXX", line[512];
+    flx_comm_h comm;
+    flx_status_t st;
+    FILE *f;
+    double t0, took;
+
+    if (mp_comm_create(rank, size, root, &comm) != FLX_OK)
+        return mp_fail(rank, "create");
+    if (flx_barrier(comm) != FLX_OK) /* collective #0 */
+        return mp_fail(rank, "barrier");
+    if (rank == 1) {
+        usleep(2500000);
+        /* rank 0's part may all be here already, so this may still
+         * complete; the next one cannot */
+        st = wd_call(comm, kind, a, b);
+        if (st == FLX_OK)
+            st = flx_barrier(comm);
+        flx_comm_destroy(comm);
+        return st == FLX_OK ? mp_fail(rank, "the late rank went on as if nothing happened") : 0;
+    }
+    /* rank 0: capture what the library logs while the collective times out */
+    {
+        int fd = mkstemp(path);
+        fflush(stderr);
+        saved = dup(2);
+        dup2(fd, 2);
+        close(fd);
+    }
+    t0 = flx_time_now();
+    st = wd_call(comm, kind, a, b);
+    took = flx_time_now() - t0;
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    f = fopen(path, "r");
+    while (f && fgets(line, sizeof(line), f)) {
+        lines++;
+        named += strstr(line, wd_names[kind]) && strstr(line, "timed out") &&
+                 strstr(line, "rank 1");
+        fprintf(stderr, "rank 0 logged: %s", line);
+    }
+    if (f)
+        fclose(f);
+    unlink(path);
+    if (flx_comm_get_async_error(comm) != FLX_ERR_TIMED_OUT)
+        return mp_fail(rank, "async error %s", flx_status_name(flx_comm_get_async_error(comm)));
+    flx_comm_destroy(comm);
+    if (st != FLX_ERR_TIMED_OUT)
+        return mp_fail(rank, "kind %d: %s instead of FLX_ERR_TIMED_OUT", kind,
+                       flx_status_name(st));
+    if (took > 1.0 + FAULT_MARGIN_S)
+        return mp_fail(rank, "the timeout took %.1f s", took);
+    if (lines != 1 || named != 1)
+        return mp_fail(rank, "%d log lines (%d naming '%s' and rank 1), want exactly 1", lines,
+                       named, wd_names[kind]);
+    return 0;
+}
+
+START_TEST(test_watchdog)
+{
+    int kind = _i;
+
+    setenv("FLX_TIMEOUT", "1s", 1);
+    setenv("FLX_CALIBRATE", "no", 1);
+    ck_assert_int_eq(mp_run_raw(2, raw_watchdog, &kind, 30, NULL), 0);
+    assert_no_children();
+    fault_env_clear();
+}
+END_TEST
+
+/* ---- flx_comm_abort from another thread ------------------------------------------ */
+
+typedef struct {
+    flx_comm_h comm;
+    float *buf;
+    size_t n;
+    flx_status_t st;
+    double done_t;
+} blocked_call_t;
+
+static void *blocked_allreduce(void *arg)
+{
+    blocked_call_t *bc = arg;
+    bc->st = flx_allreduce(bc->comm, bc->buf, bc->buf, bc->n, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING);
+    bc->done_t = flx_time_now();
+    return NULL;
+}
+
+/* rank 1 never joins the large allreduce; rank 0 aborts (case 0: a blocked
+ * flx_allreduce in another thread, case 1: running and queued requests) */
+static int raw_abort(int rank, int size, const char *root, void *arg)
+{
+    int mode = *(int *)arg;
+    size_t n = (size_t)1 << 22; /* 16 MiB */
+    float *buf = calloc(n, sizeof(float)), one = 1;
+    blocked_call_t bc = {0};
+    flx_request_h req[2];
+    flx_comm_h comm;
+    flx_status_t st;
+    pthread_t th;
+    double t0;
+
+    if (mp_comm_create(rank, size, root, &comm) != FLX_OK)
+        return mp_fail(rank, "create");
+    if (rank == 1) {
+        usleep(1500000);
+        /* the same call, late: rank 0 aborted and said so */
+        st = flx_allreduce(comm, buf, buf, n, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING);
+        flx_comm_destroy(comm);
+        free(buf);
+        return st == FLX_ERR_PEER_LOST ? 0 : mp_fail(rank, "after the abort: %s",
+                                                     flx_status_name(st));
+    }
+    if (mode == 0) {
+        bc = (blocked_call_t){.comm = comm, .buf = buf, .n = n};
+        pthread_create(&th, NULL, blocked_allreduce, &bc);
+        usleep(300000);
+        t0 = flx_time_now();
+        if (flx_comm_abort(comm) != FLX_OK)
+            return mp_fail(rank, "flx_comm_abort failed");
+        pthread_join(th, NULL);
+        if (bc.st != FLX_ERR_ABORTED)
+            return mp_fail(rank, "the blocked allreduce returned %s", flx_status_name(bc.st));
+        if (bc.done_t - t0 > 1.0)
+            return mp_fail(rank, "the blocked allreduce took %.2f s to return", bc.done_t - t0);
+    } else {
+        if (flx_iallreduce(comm, buf, buf, n, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING, &req[0]) != FLX_OK ||
+            flx_iallreduce(comm, buf, buf, n, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING, &req[1]) != FLX_OK)
+            return mp_fail(rank, "iallreduce");
+        usleep(300000);
+        if (flx_test(req[1]) != FLX_INPROGRESS)
+            return mp_fail(rank, "the queued request is not in progress");
+        t0 = flx_time_now();
+        flx_comm_abort(comm);
+        st = flx_wait(req[0]);
+        if (st != FLX_ERR_ABORTED || flx_time_now() - t0 > 1.0)
+            return mp_fail(rank, "flx_wait: %s after %.2f s", flx_status_name(st),
+                           flx_time_now() - t0);
+        while ((st = flx_test(req[1])) == FLX_INPROGRESS && flx_time_now() - t0 < 5)
+            usleep(1000);
+        if (st != FLX_ERR_ABORTED || flx_time_now() - t0 > 1.0)
+            return mp_fail(rank, "flx_test of the queued request: %s after %.2f s",
+                           flx_status_name(st), flx_time_now() - t0);
+    }
+    /* later calls */
+    if ((st = flx_allreduce(comm, &one, &one, 1, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO)) != FLX_ERR_ABORTED ||
+        (st = flx_barrier(comm)) != FLX_ERR_ABORTED ||
+        (st = flx_broadcast(comm, &one, 1, FLX_FLOAT32, 0)) != FLX_ERR_ABORTED ||
+        (st = flx_iallreduce(comm, &one, &one, 1, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO,
+                             &req[0])) != FLX_ERR_ABORTED ||
+        (st = flx_comm_get_async_error(comm)) != FLX_ERR_ABORTED ||
+        (st = flx_comm_abort(comm)) != FLX_OK)
+        return mp_fail(rank, "a call after the abort returned %s", flx_status_name(st));
+    t0 = flx_time_now();
+    flx_comm_destroy(comm);
+    free(buf);
+    if (flx_time_now() - t0 > 1.0)
+        return mp_fail(rank, "flx_comm_destroy took %.2f s after the abort", flx_time_now() - t0);
+    return 0;
+}
+
+START_TEST(test_abort)
+{
+    int mode = _i;
+
+    setenv("FLX_TIMEOUT", "30s", 1);
+    setenv("FLX_CALIBRATE", "no", 1);
+    ck_assert_int_eq(mp_run_raw(2, raw_abort, &mode, 30, NULL), 0);
+    assert_no_children();
+    fault_env_clear();
+}
+END_TEST
+
+START_TEST(test_abort_single_rank)
+{
+    flx_comm_params_t p = {.field_mask = FLX_COMM_PARAM_RANK | FLX_COMM_PARAM_SIZE,
+                           .rank = 0, .size = 1};
+    flx_comm_h comm;
+    float x = 1;
+
+    ck_assert_int_eq(flx_comm_create(&p, &comm), FLX_OK);
+    ck_assert_int_eq(flx_comm_get_async_error(comm), FLX_OK);
+    ck_assert_int_eq(flx_allreduce(comm, &x, &x, 1, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO), FLX_OK);
+    ck_assert_int_eq(flx_comm_abort(comm), FLX_OK);
+    ck_assert_int_eq(flx_allreduce(comm, &x, &x, 1, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO),
+                     FLX_ERR_ABORTED);
+    ck_assert_int_eq(flx_comm_get_async_error(comm), FLX_ERR_ABORTED);
+    ck_assert_int_eq(flx_comm_destroy(comm), FLX_OK);
+    ck_assert_int_eq(flx_comm_abort(NULL), FLX_ERR_INVALID_ARG);
+    ck_assert_int_eq(flx_comm_get_async_error(NULL), FLX_ERR_INVALID_ARG);
+}
+END_TEST
+
+/* ---- the first error, seen without waiting ------------------------------------------ */
+
+static int body_async_error(flx_comm_h comm, int rank, int size, void *arg)
+{
+    static float a[1 << 16];
+    flx_request_h req;
+    flx_status_t st, async;
+    double t0;
+
+    (void)arg;
+    if (flx_allreduce(comm, a, a, 1 << 16, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO) != FLX_OK)
+        return mp_fail(rank, "first allreduce");
+    if (flx_comm_get_async_error(comm) != FLX_OK)
+        return mp_fail(rank, "an error before any failure");
+    if (rank == size - 1)
+        _exit(0); /* gone without a goodbye */
+    if (flx_iallreduce(comm, a, a, 1 << 16, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING, &req) != FLX_OK)
+        return mp_fail(rank, "iallreduce");
+    t0 = flx_time_now();
+    while ((async = flx_comm_get_async_error(comm)) == FLX_OK &&
+           flx_time_now() - t0 < FAULT_TIMEOUT_S + FAULT_MARGIN_S)
+        usleep(1000);
+    if (async != FLX_ERR_PEER_LOST && async != FLX_ERR_TIMED_OUT)
+        return mp_fail(rank, "flx_comm_get_async_error: %s after %.1f s",
+                       flx_status_name(async), flx_time_now() - t0);
+    st = flx_wait(req);
+    if (st != async || flx_comm_get_async_error(comm) != async)
+        return mp_fail(rank, "flx_wait %s, async error %s", flx_status_name(st),
+                       flx_status_name(async));
+    return 0;
+}
+
+START_TEST(test_async_error)
+{
+    int codes[3];
+
+    fault_env();
+    mp_run(3, body_async_error, NULL, 30, codes);
+    assert_no_children();
+    ck_assert_int_eq(codes[0], 0);
+    ck_assert_int_eq(codes[1], 0);
+    ck_assert_int_eq(codes[2], 0);
+    fault_env_clear();
+}
+END_TEST
+
+/* one case per test, so that CK_RUN_CASE=kill (for example) runs one */
+static TCase *fault_case(Suite *s, const char *name)
+{
+    TCase *tc = tcase_create(name);
+
+    tcase_set_timeout(tc, 300);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
+int main(void)
+{
+    Suite *s = suite_create("faults");
+    SRunner *sr;
+    int failed;
+
+    tcase_add_test(fault_case(s, "abort_single"), test_abort_single_rank);
+    tcase_add_loop_test(fault_case(s, "abort"), test_abort, 0, 2);
+    tcase_add_test(fault_case(s, "async_error"), test_async_error);
+    tcase_add_loop_test(fault_case(s, "watchdog"), test_watchdog, 0, WD_COUNT);
+    tcase_add_test(fault_case(s, "reset"), test_reset_mid_transfer);
+    tcase_add_loop_test(fault_case(s, "root_dies"), test_root_dies_in_bootstrap, 0, 2);
+    tcase_add_test(fault_case(s, "kill"), test_kill_trials);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
