@@ -463,7 +463,7 @@ enum {
 typedef struct {
     uint64_t field_mask;      /* FLX_CTL_OPT_* bits of the fields set       */
     flx_ctl_mode_t mode;      /* default FLX_CTL_FLEX                       */
-    double weight;            /* FLEX: weight of time, [0, 1], default 0.5  */
+    double weight;            /* FLEX: weight of time, [0, 1], default 1/3  */
     int nfractions;           /* kept fractions tried besides dense: default */
     double fractions[FLX_CTL_MAX_FRACTIONS]; /* 0.1 0.033 0.011 0.004 0.001 */
     double eta;               /* critical if the change is >= eta, default 0.5 */

@@ -165,6 +165,25 @@ START_TEST(test_choose_rules)
     ck_assert_int_eq(ctl_hysteresis(c, 2, 1, -1, 0.05), 1);
     c[0].score = -INFINITY; /* the current one is not allowed any more */
     ck_assert_int_eq(ctl_hysteresis(c, 2, 1, 0, 0.05), 1);
+    /* probe: dense unseen for 150 steps, within the window: tried once */
+    {
+        uint64_t seen[CTL_COLL_COUNT] = {0};
+
+        cand(&c[0], CTL_DENSE_RING, 1.0, 1.0, 1.0);
+        cand(&c[1], CTL_ARTOPK, 0.1, 0.2, 0.8);
+        c[0].score = -0.3;
+        c[1].score = -0.1;
+        seen[CTL_ARTOPK] = 200;
+        seen[CTL_DENSE_RING] = 50;                                   /* ran at step 49 */
+        ck_assert_int_eq(ctl_probe(c, 2, 1, seen, 200, 100, 0.5), 0); /* stale, close  */
+        ck_assert_int_eq(ctl_probe(c, 2, 1, seen, 200, 100, 0.1), 1); /* too far       */
+        ck_assert_int_eq(ctl_probe(c, 2, 1, seen, 120, 100, 0.5), 1); /* fresh enough  */
+        seen[CTL_DENSE_RING] = 0;                                    /* never ran     */
+        ck_assert_int_eq(ctl_probe(c, 2, 1, seen, 101, 100, 0.5), 0);
+        ck_assert_int_eq(ctl_probe(c, 2, 1, seen, 100, 100, 0.5), 1);
+        c[0].score = -INFINITY;                                      /* not allowed   */
+        ck_assert_int_eq(ctl_probe(c, 2, 1, seen, 200, 100, 0.5), 1);
+    }
     /* GraVAC: gain / time among gains >= 0.7 */
     cand(&c[0], CTL_DENSE_RING, 1.0, 1.0, 1.0);
     cand(&c[1], CTL_ARTOPK, 0.1, 0.2, 0.8);
