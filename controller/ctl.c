@@ -57,6 +57,8 @@ struct flx_ctl {
 
     int have_last;              /* the last step's choice, for the model    */
     int last_probe;             /* ... was a probe of a stale collective    */
+    double last_raw_gain;       /* ... its gain as the histogram predicted  */
+    double gain_ratio[CTL_COLL_COUNT]; /* EWMA of measured / predicted gain */
     ctl_cand_t last;
 
     size_t nsample;             /* sampled positions                        */
@@ -82,7 +84,7 @@ void flx_ctl_opts_default(flx_ctl_opts_t *o)
 {
     memset(o, 0, sizeof(*o));
     o->mode = FLX_CTL_FLEX;
-    o->weight = 1.0 / 3.0; /* G^2 / T: gradient energy kept per second */
+    o->weight = 0.5;
     o->nfractions = (int)FLX_ARRAY_SIZE(ctl_default_fractions);
     memcpy(o->fractions, ctl_default_fractions, sizeof(ctl_default_fractions));
     o->eta = 0.5;
@@ -117,6 +119,7 @@ static flx_status_t ctl_opts(const flx_ctl_opts_t *in, size_t n, int rank, flx_c
         o->mode = in->mode;
     if (!(in->field_mask & FLX_CTL_OPT_MIN_GAIN) && o->mode == FLX_CTL_GRAVAC)
         o->min_gain = 0.7;
+
     if (in->field_mask & FLX_CTL_OPT_WEIGHT)
         o->weight = in->weight;
     if (in->field_mask & FLX_CTL_OPT_FRACTIONS) {
@@ -233,11 +236,13 @@ flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opts_t *opt
     for (int c = 0; c < CTL_COLL_COUNT; c++)
         h->select_s[c] = c == CTL_DENSE_RING || c == CTL_DENSE_TREE ? 0.0 : -1.0;
     h->compute_s = -1;
+    for (int c = 0; c < CTL_COLL_COUNT; c++)
+        h->gain_ratio[c] = 1.0;
     h->critical = 1; /* the first interval is critical (Accordion) */
     st = ctl_sample_init(h);
     if (st != FLX_OK)
         goto fail;
-    h->nagree = (size_t)h->o.nfractions + 3 + (size_t)h->o.nsegments;
+    h->nagree = (size_t)h->o.nfractions + 4 + (size_t)h->o.nsegments;
     h->agree = malloc(h->nagree * sizeof(double));
     if (h->agree == NULL) {
         st = FLX_ERR_NO_MEMORY;
@@ -312,12 +317,12 @@ static void ctl_local_stats(flx_ctl_h h, const float *grad, int interval_end)
     for (int f = 0; f < nf; f++)
         h->agree[f] = ctl_hist_gain(&h->hist, h->o.fractions[f]);
     for (int s = 0; s < h->o.nsegments; s++)
-        h->agree[nf + 3 + s] = 0;
+        h->agree[nf + 4 + s] = 0;
     if (interval_end) {
         for (size_t k = 0; k < h->nsample; k++)
-            h->agree[nf + 3 + h->sample_seg[k]] += (double)h->accum[k] * h->accum[k];
+            h->agree[nf + 4 + h->sample_seg[k]] += (double)h->accum[k] * h->accum[k];
         for (int s = 0; s < h->o.nsegments; s++)
-            h->agree[nf + 3 + s] = sqrt(h->agree[nf + 3 + s]);
+            h->agree[nf + 4 + s] = sqrt(h->agree[nf + 4 + s]);
         memset(h->accum, 0, h->nsample * sizeof(float));
     }
 }
@@ -325,7 +330,8 @@ static void ctl_local_stats(flx_ctl_h h, const float *grad, int interval_end)
 static double ctl_ewma(double old, double x) { return old < 0 ? x : (1 - CTL_LAMBDA) * old + CTL_LAMBDA * x; }
 
 /* step 3: the model learns from the last step's agreed timings */
-static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double select_s)
+static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double select_s,
+                      double gain)
 {
     /* alpha from 1/10 to 1000 times, B from 1/10^4 to 16 times calibration */
     double a, b, lo[2] = {h->alpha0 / 10, h->inv_bw0 / 16}, hi[2] = {h->alpha0 * 1e3, h->inv_bw0 * 1e4};
@@ -337,6 +343,11 @@ static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double selec
     if (!h->have_last)
         return;
     c = h->last.coll;
+    /* AR-Topk sends the leader's indices: less than each rank's own top-k
+     * keeps, which is what the histogram predicts; learn by how much */
+    if ((c == CTL_ARTOPK || c == CTL_TOPK_AG) && h->last_raw_gain > 0 && gain > 0)
+        h->gain_ratio[c] = FLX_MIN(1.0, (1 - CTL_LAMBDA) * h->gain_ratio[c] +
+                                            CTL_LAMBDA * gain / h->last_raw_gain);
     before = h->inv_bw[c];
     ctl_coll_terms(c, h->N, (double)h->n, h->last.kept, &a, &b);
     /* a probe replaces a borrowed estimate: all of it, and nothing else */
@@ -365,7 +376,7 @@ static void ctl_candidate(flx_ctl_h h, ctl_cand_t *c, ctl_coll_t coll, double ke
     ctl_coll_terms(coll, h->N, (double)h->n, kept, &a, &b);
     c->coll = coll;
     c->kept = kept;
-    c->gain = gain;
+    c->gain = FLX_MIN(1.0, gain * h->gain_ratio[coll]);
     c->time_s = FLX_MAX(0.0, h->compute_s) + (sel > 0 ? sel : 0) + a * h->alpha + b * h->inv_bw[coll];
     c->score = 0;
 }
@@ -376,7 +387,9 @@ static int ctl_decide(flx_ctl_h h, ctl_cand_t *cand, int *ncand_p, double *pred_
 {
     int nf = h->o.nfractions, n = 0, best, chosen;
     const double *gains = h->agree;
-    double min_kept = h->critical ? h->o.critical_kept : 0.0;
+    /* flex, critical: gain counts twice as much (Accordion's "compress
+     * less", as a shift of the trade rather than a fixed fraction) */
+    double weight = h->critical ? h->o.weight / 2 : h->o.weight;
 
     ctl_candidate(h, &cand[n++], CTL_DENSE_RING, 1.0, 1.0);
     ctl_candidate(h, &cand[n++], CTL_DENSE_TREE, 1.0, 1.0);
@@ -405,7 +418,7 @@ static int ctl_decide(flx_ctl_h h, ctl_cand_t *cand, int *ncand_p, double *pred_
             ctl_candidate(h, &cand[n++], CTL_ARTOPK, h->o.fractions[f], gains[f]);
             ctl_candidate(h, &cand[n++], CTL_TOPK_AG, h->o.fractions[f], gains[f]);
         }
-        best = ctl_choose(cand, n, h->o.weight, min_kept, h->o.min_gain);
+        best = ctl_choose(cand, n, weight, 0.0, h->o.min_gain);
         if (h->have_last) { /* the same candidate as last step, if it is still here */
             int cur = -1;
             for (int i = 0; i < n && cur < 0; i++)
@@ -504,6 +517,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     h->agree[nf] = compute_s;
     h->agree[nf + 1] = h->have_last ? h->last.time_s : 0; /* last sync's comm time */
     h->agree[nf + 2] = h->have_last ? h->last.score : 0;  /* ... and its selection */
+    h->agree[nf + 3] = h->have_last ? h->last.gain : 0;   /* ... and its gain       */
     if (h->N > 1) {
         t_agree = flx_time_now();
         st = flx_allreduce(h->comm, h->agree, h->agree, h->nagree, FLX_FLOAT64, FLX_AVG,
@@ -512,13 +526,13 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
         if (st != FLX_OK)
             return st;
     }
-    ctl_learn(h, h->agree[nf], h->agree[nf + 1], h->agree[nf + 2]);
+    ctl_learn(h, h->agree[nf], h->agree[nf + 1], h->agree[nf + 2], h->agree[nf + 3]);
     if (interval_end) {
         double cur[FLX_CTL_MAX_SEGMENTS];
         int crit = 1;
 
         for (int s = 0; s < h->o.nsegments; s++)
-            cur[s] = h->agree[nf + 3 + s];
+            cur[s] = h->agree[nf + 4 + s];
         if (h->have_prev)
             crit = ctl_critical(h->prev_norm, cur, h->o.segments, h->o.nsegments, h->o.eta,
                                 &h->change);
@@ -549,6 +563,8 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     h->last = cand[best];
     h->last.time_s = r.sync.comm_s;
     h->last.score = r.sync.select_s + r.sync.decompress_s;
+    h->last.gain = r.sync.gain;
+    h->last_raw_gain = cand[best].gain / h->gain_ratio[cand[best].coll];
     h->have_last = 1;
     h->last_probe = probe;
     h->step++;

@@ -437,7 +437,7 @@ typedef struct flx_ctl *flx_ctl_h;
  *       allgather} x {kept fractions} by predicted time (alpha-beta model,
  *       bandwidth refreshed from live timings, measured selection cost)
  *       and gain, take the best weight ln(T_min/T) + (1-weight) ln(gain);
- *       in the critical regime only kept fractions >= critical_kept.
+ *       in the critical regime the weight of time is halved.
  * ACCORDION: AR-Topk at critical_kept in the critical regime, low_kept
  *       otherwise.
  * GRAVAC: AR-Topk at the fraction with the largest gain / time among those
@@ -463,12 +463,12 @@ enum {
 typedef struct {
     uint64_t field_mask;      /* FLX_CTL_OPT_* bits of the fields set       */
     flx_ctl_mode_t mode;      /* default FLX_CTL_FLEX                       */
-    double weight;            /* FLEX: weight of time, [0, 1], default 1/3  */
+    double weight;            /* FLEX: weight of time, [0, 1], default 0.5  */
     int nfractions;           /* kept fractions tried besides dense: default */
     double fractions[FLX_CTL_MAX_FRACTIONS]; /* 0.1 0.033 0.011 0.004 0.001 */
     double eta;               /* critical if the change is >= eta, default 0.5 */
     int interval;             /* steps per critical-regime test, default 50 */
-    double critical_kept;     /* kept fraction floor when critical, default 0.1 */
+    double critical_kept;     /* ACCORDION when critical, default 0.1       */
     double low_kept;          /* ACCORDION outside the critical regime, default 0.01 */
     double min_gain;          /* smallest gain allowed: FLEX 0, GRAVAC 0.7  */
     int nsegments;            /* layers: lengths summing to n, default one  */
