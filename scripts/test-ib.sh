@@ -4,6 +4,8 @@
 # SoftRoCE VM:  ../shared/softroce/softroce-run.sh scripts/test-ib.sh build
 # (SoftRoCE under emulation is slow: the large size is cut to 300 kB, still
 # far above the eager limit, with 64 KiB chunks so pipelines have depth.)
+# Any "leaked verbs objects" line (a CQ, channel or PD the verbs refused to
+# free at teardown) fails it too.
 set -uo pipefail
 build=${1:-${FLX_BUILD:-.}}
 cd "$build" || exit 2
@@ -18,6 +20,10 @@ for t in check_ib check_coll check_errors check_faults; do
     fi
     grep -E "^# kill trials" "/tmp/ib-$t.log"
     grep -E "^[0-9]+%: Checks" "/tmp/ib-$t.log" | sed "s/^/$t (ib, $((SECONDS - start)) s): /"
+    if grep -q "leaked verbs objects" "/tmp/ib-$t.log"; then
+        grep "leaked verbs objects" "/tmp/ib-$t.log" | head -5
+        rc=1
+    fi
     if [ $r -ne 0 ] && [ $r -ne 77 ]; then
         grep -E "^rank [0-9]+:|:F:|:E:" "/tmp/ib-$t.log" | head -20
         rc=1

@@ -971,12 +971,15 @@ static void ib_destroy(tl_ctx_t *ctx)
         ibv_dereg_mr(ctx->send_mr);
     if (ctx->recv_mr)
         ibv_dereg_mr(ctx->recv_mr);
-    if (ctx->cq)
-        ibv_destroy_cq(ctx->cq);
-    if (ctx->comp_ch)
-        ibv_destroy_comp_channel(ctx->comp_ch);
-    if (ctx->pd)
-        ibv_dealloc_pd(ctx->pd);
+    /* the verbs refuse (EBUSY) to free an object something still uses: a
+     * refusal here is a leaked QP, MR or CQ, and says so (test-ib.sh fails) */
+    if (ctx->cq && (errno = ibv_destroy_cq(ctx->cq)) != 0)
+        flx_error(NET, ctx->rank, "ib teardown: the CQ is still in use (leaked verbs objects): %m");
+    if (ctx->comp_ch && (errno = ibv_destroy_comp_channel(ctx->comp_ch)) != 0)
+        flx_error(NET, ctx->rank, "ib teardown: the completion channel is still in use (leaked "
+                                  "verbs objects): %m");
+    if (ctx->pd && (errno = ibv_dealloc_pd(ctx->pd)) != 0)
+        flx_error(NET, ctx->rank, "ib teardown: the PD is still in use (leaked verbs objects): %m");
     ib_conn_close_listener(ctx);
     for (int p = 0; ctx->conns && p < ctx->size; p++) {
         ib_conn_t *c = &ctx->conns[p];
