@@ -11,13 +11,15 @@
  *      every rank makes the same decision with no broadcast;
  *   3. the live model: alpha and 1/B from the last sync's time (each
  *      collective keeps its own 1/B, as its software overhead differs; a
- *      change seen by one moves the others by the same seconds per byte), selection
- *      cost as an EWMA of what was measured;
+ *      change seen by one moves the others by the same seconds per
+ *      byte), selection cost as an EWMA of what was measured;
  *   4. the critical-regime test at the end of each interval;
  *   5. the choice (ctl_choose or the mode's rule; flex keeps last step's
  *      choice unless the winner scores CTL_MARGIN better, and tries once a
  *      collective whose estimate is stale but whose score is close:
- *      ctl_probe), then the sync.
+ *      ctl_probe), then the sync;
+ *   6. every 10 steps, the gain of the combined update (ctl_combined_*),
+ *      which corrects each sparse collective's predicted gain.
  */
 #include "controller/ctl.h"
 #include "collectives/coll.h"
@@ -37,6 +39,7 @@
 #define CTL_MARGIN 0.05       /* a new choice must score this much better */
 #define CTL_PROBE_AGE 100     /* a collective unseen this long is stale   */
 #define CTL_PROBE_WINDOW 0.5  /* ... and is tried once if this close      */
+#define CTL_GAIN_EVERY 10     /* steps between combined-gain measurements */
 #define CTL_MAX_CANDS (2 + 2 * FLX_CTL_MAX_FRACTIONS)
 
 struct flx_ctl {
@@ -57,8 +60,9 @@ struct flx_ctl {
 
     int have_last;              /* the last step's choice, for the model    */
     int last_probe;             /* ... was a probe of a stale collective    */
-    double last_raw_gain;       /* ... its gain as the histogram predicted  */
-    double gain_ratio[CTL_COLL_COUNT]; /* EWMA of measured / predicted gain */
+    double gain_ratio[CTL_COLL_COUNT]; /* EWMA of combined / predicted gain */
+    float *xs;                  /* every 4th sample position: mean of g + e */
+    size_t nxs;
     ctl_cand_t last;
 
     size_t nsample;             /* sampled positions                        */
@@ -191,7 +195,9 @@ static flx_status_t ctl_sample_init(flx_ctl_h h)
     h->sample_pos = malloc(h->nsample * sizeof(size_t));
     h->sample_seg = malloc(h->nsample * sizeof(int));
     h->accum = calloc(h->nsample, sizeof(float));
-    if (h->sample_pos == NULL || h->sample_seg == NULL || h->accum == NULL)
+    h->nxs = (h->nsample + 3) / 4;
+    h->xs = malloc(h->nxs * sizeof(float));
+    if (h->sample_pos == NULL || h->sample_seg == NULL || h->accum == NULL || h->xs == NULL)
         return FLX_ERR_NO_MEMORY;
     for (int s = 0; s < h->o.nsegments; s++) {
         for (size_t i = 0; i < h->o.segments[s]; i += stride, k++) {
@@ -289,6 +295,7 @@ flx_status_t flx_ctl_destroy(flx_ctl_h h)
     free(h->sample_seg);
     free(h->accum);
     free(h->agree);
+    free(h->xs);
     free(h);
     return st;
 }
@@ -343,11 +350,7 @@ static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double selec
     if (!h->have_last)
         return;
     c = h->last.coll;
-    /* AR-Topk sends the leader's indices: less than each rank's own top-k
-     * keeps, which is what the histogram predicts; learn by how much */
-    if ((c == CTL_ARTOPK || c == CTL_TOPK_AG) && h->last_raw_gain > 0 && gain > 0)
-        h->gain_ratio[c] = FLX_MIN(1.0, (1 - CTL_LAMBDA) * h->gain_ratio[c] +
-                                            CTL_LAMBDA * gain / h->last_raw_gain);
+    (void)gain; /* reported; the combined gain (ctl_combined_gain) is what is learnt */
     before = h->inv_bw[c];
     ctl_coll_terms(c, h->N, (double)h->n, h->last.kept, &a, &b);
     /* a probe replaces a borrowed estimate: all of it, and nothing else */
@@ -496,11 +499,49 @@ static flx_status_t ctl_run(flx_ctl_h h, const ctl_cand_t *c, float *grad, flx_c
     return st;
 }
 
+/* The gain of the combined update, measured every CTL_GAIN_EVERY steps:
+ * before the sync the ranks average x = g + e on every 4th sample position
+ * (X = mean x_i); after it the synced gradient there is S = mean C_i(x_i).
+ * ||S|| / ||X|| is what the step delivered of what a dense step would
+ * have: each rank's own ||C(x)|| / ||x|| does not see that AR-Topk sends
+ * one leader's indices or that the allgather sums N different sets.  Both
+ * vectors are the same on every rank, and so is the learnt ratio. */
+static flx_status_t ctl_combined_before(flx_ctl_h h, const float *grad)
+{
+    const float *e = h->residual_dirty ? flx_gsync_residual(h->topk) : NULL;
+
+    for (size_t j = 0; j < h->nxs; j++) {
+        size_t i = h->sample_pos[4 * j];
+        h->xs[j] = e ? grad[i] + e[i] : grad[i];
+    }
+    return flx_allreduce(h->comm, h->xs, h->xs, h->nxs, FLX_FLOAT32, FLX_AVG, FLX_ALGO_AUTO);
+}
+
+static void ctl_combined_after(flx_ctl_h h, const ctl_cand_t *c, const float *grad,
+                               double *combined_p)
+{
+    double ss = 0, xx = 0, raw, g;
+
+    for (size_t j = 0; j < h->nxs; j++) {
+        double sv = grad[h->sample_pos[4 * j]], xv = h->xs[j];
+        ss += sv * sv;
+        xx += xv * xv;
+    }
+    if (!(xx > 0) || (c->coll != CTL_ARTOPK && c->coll != CTL_TOPK_AG))
+        return;
+    g = FLX_MIN(1.0, sqrt(ss / xx));
+    *combined_p = g;
+    raw = c->gain / h->gain_ratio[c->coll]; /* the histogram's prediction */
+    if (raw > 0)
+        h->gain_ratio[c->coll] = FLX_MIN(4.0, (1 - CTL_LAMBDA) * h->gain_ratio[c->coll] +
+                                                  CTL_LAMBDA * g / raw);
+}
+
 flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_report_t *report_p)
 {
     ctl_cand_t cand[CTL_MAX_CANDS];
     flx_ctl_report_t r;
-    int nf, ncand = 0, best, interval_end, probe = 0;
+    int nf, ncand = 0, best, interval_end, probe = 0, measure;
     double t0 = flx_time_now(), t_agree = 0, pred_dense = 0;
     flx_status_t st;
 
@@ -555,16 +596,24 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     r.decide_s = flx_time_now() - t0 - t_agree;
     if (h->log)
         ctl_log(h, cand, ncand, best, pred_dense, r.decide_s, r.agree_s);
+    measure = h->N > 1 && h->step % CTL_GAIN_EVERY == CTL_GAIN_EVERY - 1;
+    if (measure) {
+        st = ctl_combined_before(h, grad);
+        if (st != FLX_OK)
+            return st;
+    }
     st = ctl_run(h, &cand[best], grad, &r);
     if (st != FLX_OK)
         return st;
+    r.combined_gain = -1;
+    if (measure)
+        ctl_combined_after(h, &cand[best], grad, &r.combined_gain);
     /* remembered for the next step's model update: time_s and score carry
      * the measured comm and selection times into the agreement */
     h->last = cand[best];
     h->last.time_s = r.sync.comm_s;
     h->last.score = r.sync.select_s + r.sync.decompress_s;
     h->last.gain = r.sync.gain;
-    h->last_raw_gain = cand[best].gain / h->gain_ratio[cand[best].coll];
     h->have_last = 1;
     h->last_probe = probe;
     h->step++;

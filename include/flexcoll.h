@@ -492,6 +492,9 @@ typedef struct {
                               /* model update, scoring (agreement excluded)  */
     double agree_s;           /* the agreement allreduce, waiting for the     */
                               /* slowest rank included                        */
+    double combined_gain;     /* every 10th step: ||S|| / ||X||, S the synced */
+                              /* update, X the mean of the ranks' g + e     */
+                              /* (sampled); -1 on the other steps           */
     flx_gsync_report_t sync;  /* the sync: bytes, selection, comm, gain     */
 } flx_ctl_report_t;
 

@@ -100,19 +100,40 @@ static void list_remove(tl_req_t **head, tl_req_t **tail, tl_req_t *r)
 
 /* ---- failure ---------------------------------------------------------------- */
 
+/* A failed large request's registration: a cached one is released, a
+ * transient one waits for teardown, after the QPs are gone (the device may
+ * still be reading or writing it until then). */
+static void mr_drop_failed(tl_ctx_t *ctx, tl_req_t *r)
+{
+    ib_mr_entry_t *mr = (ib_mr_entry_t *)(uintptr_t)r->priv[RQ_MR];
+
+    if (!(r->priv[RQ_FLAGS] & F_LARGE) || mr == NULL)
+        return;
+    r->priv[RQ_MR] = 0;
+    if (mr->transient) {
+        mr->next = ctx->mr_dead;
+        ctx->mr_dead = mr;
+    } else {
+        ib_mr_put(&ctx->mrc, mr);
+    }
+}
+
 static void conn_fail_all(tl_ctx_t *ctx, ib_conn_t *c, flx_status_t st)
 {
     tl_req_t *lists[3] = {c->posted_head, c->sendq_head, c->rdv_head};
 
+    for (int i = 0; i < ctx->rdv_slots; i++)
+        if (ctx->rdv[i].req && ctx->rdv[i].req->peer == c->peer)
+            ctx->rdv[i].req = NULL; /* its registration goes with its request below */
     for (int l = 0; l < 3; l++)
-        for (tl_req_t *r = lists[l]; r; r = r->next)
+        for (tl_req_t *r = lists[l], *next; r; r = next) {
+            next = r->next;
+            mr_drop_failed(ctx, r);
             req_finish(r, st);
+        }
     c->posted_head = c->posted_tail = NULL;
     c->sendq_head = c->sendq_tail = NULL;
     c->rdv_head = c->rdv_tail = NULL;
-    for (int i = 0; i < ctx->rdv_slots; i++)
-        if (ctx->rdv[i].req && ctx->rdv[i].req->peer == c->peer)
-            ctx->rdv[i].req = NULL; /* the registration stays cached */
 }
 
 static void ib_fail(tl_ctx_t *ctx, flx_status_t st, const char *why)
@@ -159,6 +180,7 @@ static void fail_from_seq(tl_ctx_t *ctx, flx_status_t st, uint32_t seq)
                         posted_done(ctx, c, r, st);
                     } else {
                         list_remove(heads[l], tails[l], r);
+                        mr_drop_failed(ctx, r);
                         req_finish(r, st);
                     }
                 }
@@ -966,6 +988,11 @@ static void ib_destroy(tl_ctx_t *ctx)
             ib_progress(ctx, 0.05);
     }
     ib_conn_teardown(ctx);
+    while (ctx->mr_dead) { /* the failed requests' registrations, QPs gone now */
+        ib_mr_entry_t *mr = ctx->mr_dead;
+        ctx->mr_dead = mr->next;
+        ib_mr_put(&ctx->mrc, mr);
+    }
     ib_mr_cache_flush(&ctx->mrc);
     if (ctx->send_mr)
         ibv_dereg_mr(ctx->send_mr);

@@ -147,6 +147,7 @@ struct tl_ctx {
     int cq_size;
     ib_conn_t *conns;
     ib_mr_cache_t mrc;
+    ib_mr_entry_t *mr_dead;          /* failed requests' transient registrations */
     /* receive slots: [peer][k] of slot_size bytes, one registered block */
     char *recv_pool;
     struct ibv_mr *recv_mr;
