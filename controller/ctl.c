@@ -86,6 +86,10 @@ static const double ctl_default_fractions[] = {0.1, 0.033, 0.011, 0.004, 0.001};
 
 void flx_ctl_opts_default(flx_ctl_opts_t *o)
 {
+    if (o == NULL) {
+        flx_error(CTRL, -1, "flx_ctl_opts_default: NULL options");
+        return;
+    }
     memset(o, 0, sizeof(*o));
     o->mode = FLX_CTL_FLEX;
     o->weight = 0.5;

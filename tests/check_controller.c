@@ -358,10 +358,54 @@ static int body_bad(flx_comm_h comm, int rank, int size, void *arg)
         return mp_fail(rank, "n = 0 accepted");
     if (flx_ctl_step(NULL, NULL, 0, NULL) != FLX_ERR_INVALID_ARG)
         return mp_fail(rank, "NULL step accepted");
+    if (flx_ctl_create(comm, 100, NULL, NULL) != FLX_ERR_INVALID_ARG)
+        return mp_fail(rank, "NULL handle pointer accepted");
+    flx_ctl_opts_default(NULL); /* one log line, no crash */
+    flx_ctl_lr_changed(NULL);
+    if (flx_ctl_destroy(NULL) != FLX_OK || strcmp(flx_ctl_mode_name((flx_ctl_mode_t)7), "?"))
+        return mp_fail(rank, "NULL destroy or an unknown mode's name");
+    if (flx_gsync_flush_residual(NULL, NULL) != FLX_ERR_INVALID_ARG)
+        return mp_fail(rank, "flx_gsync_flush_residual(NULL) accepted");
     return 0;
 }
 
 START_TEST(test_ctl_bad_args) { ck_assert_int_eq(mp_run(2, body_bad, NULL, 60, NULL), 0); }
+END_TEST
+
+/* flx_gsync_flush_residual hands back exactly what error feedback held and
+ * leaves zero behind (what a dense step of the controller relies on) */
+static int body_flush(flx_comm_h comm, int rank, int size, void *arg)
+{
+    flx_gsync_opts_t o;
+    flx_gsync_h h;
+    float g[100], back[100], held[100];
+    const float *e;
+
+    (void)size;
+    (void)arg;
+    flx_gsync_opts_default(&o);
+    o.field_mask = FLX_GSYNC_OPT_METHOD | FLX_GSYNC_OPT_KEPT_FRACTION;
+    o.method = FLX_COMPRESS_TOPK;
+    o.kept_fraction = 0.1;
+    if (flx_gsync_create(comm, 100, &o, &h) != FLX_OK)
+        return mp_fail(rank, "gsync create");
+    for (int i = 0; i < 100; i++)
+        g[i] = (float)((i * 37) % 100) - 50.0f;
+    if (flx_gsync_step(h, g, NULL) != FLX_OK || (e = flx_gsync_residual(h)) == NULL)
+        return mp_fail(rank, "gsync step");
+    memcpy(held, e, sizeof(held));
+    memset(back, 0, sizeof(back));
+    if (flx_gsync_flush_residual(h, back) != FLX_OK)
+        return mp_fail(rank, "flush");
+    e = flx_gsync_residual(h);
+    for (int i = 0; i < 100; i++)
+        if (back[i] != held[i] || e[i] != 0.0f)
+            return mp_fail(rank, "element %d: flushed %g, held %g, left %g", i, back[i], held[i],
+                           e[i]);
+    return flx_gsync_destroy(h) == FLX_OK ? 0 : mp_fail(rank, "destroy");
+}
+
+START_TEST(test_flush_residual) { ck_assert_int_eq(mp_run(2, body_flush, NULL, 60, NULL), 0); }
 END_TEST
 
 int main(void)
@@ -384,6 +428,7 @@ int main(void)
     tcase_add_test(ranks, test_ctl_accordion);
     tcase_add_test(ranks, test_ctl_gravac);
     tcase_add_test(ranks, test_ctl_bad_args);
+    tcase_add_test(ranks, test_flush_residual);
     suite_add_tcase(s, pure);
     suite_add_tcase(s, ranks);
     sr = srunner_create(s);
