@@ -625,6 +625,13 @@ static void flxrun_rank_exited(flxrun_job_t *job, long rank, const siginfo_t *in
             fprintf(stderr, "flxrun: rank %ld killed by signal %d (%s); stopping the other ranks\n",
                     rank, info->si_status, strsignal(info->si_status));
     }
+    if (job->interrupt_signo != 0 && !job->stopping) {
+        /* every rank already has the forwarded signal: a second one (TERM)
+         * would run their handlers twice; SIGKILL after the grace period */
+        job->stopping = true;
+        job->kill_deadline = flxrun_now() + FLXRUN_KILL_GRACE_S;
+        return;
+    }
     flxrun_job_stop(job);
 }
 
