@@ -455,6 +455,21 @@ static double gsync_gain(double c2, double acc2)
     return acc2 > 0 ? sqrt(c2 / acc2) : 1.0;
 }
 
+/* The end of every compressed step: the residual is committed (error
+ * feedback), decoding since t1 counted, and the report filled in; c2 is
+ * ||C(g + e)||^2, acc2 ||g + e||^2. */
+static flx_status_t gsync_done(flx_gsync_h h, flx_gsync_report_t *rep, double t1,
+                               flx_gsync_coll_t coll, size_t k, double c2, double acc2)
+{
+    if (h->o.error_feedback)
+        gsync_commit_residual(h);
+    rep->decompress_s += flx_time_now() - t1;
+    rep->collective = coll;
+    rep->k = k;
+    rep->gain = gsync_gain(c2, acc2);
+    return FLX_OK;
+}
+
 /* TOPK with AUTO: the cheaper collective by the cost model (same on every
  * rank: the model's alpha and beta are agreed at communicator creation). */
 static flx_gsync_coll_t gsync_pick_topk(flx_gsync_h h)
@@ -541,15 +556,9 @@ static flx_status_t gsync_step_sparse(flx_gsync_h h, float *grad, flx_gsync_repo
         if (div != 1.0f)
             for (size_t i = 0; i < h->n; i++)
                 grad[i] /= div;
-        if (h->o.error_feedback) {
+        if (h->o.error_feedback)
             cmp_ef_update_sparse(h->acc, h->idx, kk);
-            gsync_commit_residual(h);
-        }
-        rep->decompress_s += flx_time_now() - t1;
-        rep->collective = coll;
-        rep->k = kk;
-        rep->gain = gsync_gain(c2, sums.acc2);
-        return FLX_OK;
+        return gsync_done(h, rep, t1, coll, kk, c2, sums.acc2);
     } else { /* RANDK: the same indices everywhere, so the values allreduce */
         cmp_randk_select(h->bitmap, h->n, h->k, h->o.seed, h->step, h->idx);
         for (size_t j = 0; j < kk; j++)
@@ -571,20 +580,14 @@ static flx_status_t gsync_step_sparse(flx_gsync_h h, float *grad, flx_gsync_repo
         return gsync_fail_bad(h, bad);
     /* ARTOPK, RANDK: one index set, summed values */
     t1 = flx_time_now();
-    if (h->o.error_feedback) {
+    if (h->o.error_feedback)
         c2 = cmp_ef_update_sparse(h->acc, idx, kk);
-        gsync_commit_residual(h);
-    } else {
+    else
         c2 = cmp_ef_sparse_energy(acc, idx, kk); /* acc is grad: before it is overwritten */
-    }
     memset(grad, 0, h->n * sizeof(float));
     for (size_t j = 0; j < kk; j++)
         grad[idx[j]] = val[j] / div;
-    rep->decompress_s += flx_time_now() - t1;
-    rep->collective = coll;
-    rep->k = kk;
-    rep->gain = gsync_gain(c2, sums.acc2);
-    return FLX_OK;
+    return gsync_done(h, rep, t1, coll, kk, c2, sums.acc2);
 }
 
 /* FP16 / BF16: a half-precision allreduce of the cast gradient. */
@@ -615,13 +618,7 @@ static flx_status_t gsync_step_cast(flx_gsync_h h, float *grad, flx_gsync_report
         return gsync_fail_bad(h, bad);
     t1 = flx_time_now();
     cmp_cast_decode(h->half, h->n, dt, h->o.op == FLX_AVG ? (float)h->N : 1.0f, grad);
-    if (h->o.error_feedback)
-        gsync_commit_residual(h);
-    rep->decompress_s += flx_time_now() - t1;
-    rep->collective = FLX_GSYNC_COLL_ALLREDUCE;
-    rep->k = h->n;
-    rep->gain = gsync_gain(c2, sums.acc2);
-    return FLX_OK;
+    return gsync_done(h, rep, t1, FLX_GSYNC_COLL_ALLREDUCE, h->n, c2, sums.acc2);
 }
 
 /* QSGD8: every rank's levels and scales by allgather, decoded in rank order. */
@@ -668,19 +665,14 @@ static flx_status_t gsync_step_qsgd(flx_gsync_h h, float *grad, flx_gsync_report
     if (h->o.op == FLX_AVG && h->N > 1)
         for (size_t i = 0; i < h->n; i++)
             grad[i] /= (float)h->N;
-    if (h->o.error_feedback)
-        gsync_commit_residual(h);
-    rep->decompress_s += flx_time_now() - t1;
-    rep->collective = FLX_GSYNC_COLL_ALLGATHER;
-    rep->k = h->n;
-    rep->gain = gsync_gain(c2, sums.acc2);
-    return FLX_OK;
+    return gsync_done(h, rep, t1, FLX_GSYNC_COLL_ALLGATHER, h->n, c2, sums.acc2);
 }
 
 static flx_status_t gsync_step_powersgd(flx_gsync_h h, float *grad, flx_gsync_report_t *rep)
 {
     cmp_ef_sums_t sums;
-    int bad, any_bad = 0;
+    size_t rows, cols;
+    int bad, any_bad = 0, r;
     double t0 = flx_time_now(), t1, c2 = 0;
     const float *acc = gsync_accumulate(h, grad, &sums, &bad);
     flx_status_t st;
@@ -699,18 +691,9 @@ static flx_status_t gsync_step_powersgd(flx_gsync_h h, float *grad, flx_gsync_re
     if (h->o.op == FLX_SUM && h->N > 1)
         for (size_t i = 0; i < h->n; i++)
             grad[i] *= (float)h->N;
-    if (h->o.error_feedback)
-        gsync_commit_residual(h);
-    rep->decompress_s += flx_time_now() - t1;
-    rep->collective = FLX_GSYNC_COLL_ALLREDUCE;
-    {
-        size_t rows, cols;
-        int r;
-        cmp_powersgd_shape(h->ps, &rows, &cols, &r);
-        rep->k = (rows + cols) * (size_t)r;
-    }
-    rep->gain = gsync_gain(c2, sums.acc2);
-    return FLX_OK;
+    cmp_powersgd_shape(h->ps, &rows, &cols, &r);
+    return gsync_done(h, rep, t1, FLX_GSYNC_COLL_ALLREDUCE, (rows + cols) * (size_t)r, c2,
+                      sums.acc2);
 }
 
 /* NONE: the dense allreduce; non-finite input shows as a non-finite sum. */

@@ -1162,3 +1162,20 @@ out_teardown:
     }
     return rc;
 }
+
+int perf_parse_fractions(const char *s, double *out, int max)
+{
+    char buf[256], *save = NULL;
+    int n = 0;
+
+    if (snprintf(buf, sizeof(buf), "%s", s) >= (int)sizeof(buf))
+        return -1;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *end;
+        double c = strtod(tok, &end);
+        if (*end != '\0' || !(c > 0 && c <= 1) || n == max)
+            return -1;
+        out[n++] = c;
+    }
+    return n > 0 ? n : -1;
+}

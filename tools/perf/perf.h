@@ -165,5 +165,9 @@ int perf_main(const perf_coll_t *coll, int argc, char **argv);
 
 /* Median of v[0..n) (n >= 1); sorts v in place. */
 double perf_median(double *v, int n);
+/* A comma-separated list of kept fractions in (0, 1] into out[0, max):
+ * their number, or -1 for an empty list, a malformed or out-of-range
+ * value, or more than max of them. */
+int perf_parse_fractions(const char *s, double *out, int max);
 
 #endif

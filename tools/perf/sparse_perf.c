@@ -91,34 +91,26 @@ static void sparse_perf_usage(FILE *out)
             "  -h, --help            this text\n");
 }
 
-static int sparse_perf_parse_list(sparse_perf_args_t *a, const char *s, int fractions)
+/* "--methods": names from sparse_perf_names or "all"; 0, or -1 */
+static int sparse_perf_parse_methods(sparse_perf_args_t *a, const char *s)
 {
     char buf[256], *save = NULL;
 
     snprintf(buf, sizeof(buf), "%s", s);
-    if (fractions)
-        a->nfractions = 0;
-    else
-        a->methods = 0;
+    a->methods = 0;
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (fractions) {
-            char *end;
-            double c = strtod(tok, &end);
-            if (*end != '\0' || !(c > 0 && c <= 1) || a->nfractions == SPARSE_PERF_MAX_FRACTIONS)
-                return -1;
-            a->fractions[a->nfractions++] = c;
-        } else if (strcmp(tok, "all") == 0) {
+        int m;
+        if (strcmp(tok, "all") == 0) {
             a->methods = (1u << SP_COUNT) - 1;
-        } else {
-            int m;
-            for (m = 0; m < SP_COUNT && strcmp(tok, sparse_perf_names[m]) != 0; m++)
-                ;
-            if (m == SP_COUNT)
-                return -1;
-            a->methods |= 1u << m;
+            continue;
         }
+        for (m = 0; m < SP_COUNT && strcmp(tok, sparse_perf_names[m]) != 0; m++)
+            ;
+        if (m == SP_COUNT)
+            return -1;
+        a->methods |= 1u << m;
     }
-    return (fractions ? a->nfractions : (int)a->methods) > 0 ? 0 : -1;
+    return a->methods ? 0 : -1;
 }
 
 /* 0: run; 1: help printed; -1: bad arguments (message printed unless quiet). */
@@ -140,7 +132,8 @@ static int sparse_perf_parse(sparse_perf_args_t *a, int quiet, int argc, char **
                               .factor = 5, .iters = 10, .warmup = 3,
                               .methods = (1u << SP_COUNT) - 1, .select = FLX_SELECT_APPROX,
                               .threads = 1, .powersgd_rank = 4};
-    sparse_perf_parse_list(a, "1,0.1,0.033,0.011,0.004,0.001", 1);
+    a->nfractions = perf_parse_fractions("1,0.1,0.033,0.011,0.004,0.001", a->fractions,
+                                         SPARSE_PERF_MAX_FRACTIONS);
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":b:e:f:c:m:n:w:s:t:r:h", longopts, NULL)) != -1) {
@@ -151,8 +144,12 @@ static int sparse_perf_parse(sparse_perf_args_t *a, int quiet, int argc, char **
             if (flx_parse_int(optarg, 2, 1000, &v) != 0) goto err_usage;
             a->factor = (unsigned)v;
             break;
-        case 'c': if (sparse_perf_parse_list(a, optarg, 1) != 0) goto err_usage; break;
-        case 'm': if (sparse_perf_parse_list(a, optarg, 0) != 0) goto err_usage; break;
+        case 'c':
+            a->nfractions = perf_parse_fractions(optarg, a->fractions, SPARSE_PERF_MAX_FRACTIONS);
+            if (a->nfractions < 0)
+                goto err_usage;
+            break;
+        case 'm': if (sparse_perf_parse_methods(a, optarg) != 0) goto err_usage; break;
         case 'n':
             if (flx_parse_int(optarg, 1, 100000, &v) != 0) goto err_usage;
             a->iters = (int)v;

@@ -80,22 +80,6 @@ static void topk_perf_usage(FILE *out)
             "  -h, --help         this text\n");
 }
 
-static int topk_perf_parse_fractions(topk_perf_args_t *a, const char *s)
-{
-    char buf[256], *save = NULL;
-
-    snprintf(buf, sizeof(buf), "%s", s);
-    a->nfractions = 0;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        char *end;
-        double c = strtod(tok, &end);
-        if (*end != '\0' || !(c > 0 && c <= 1) || a->nfractions == TOPK_PERF_MAX_FRACTIONS)
-            return -1;
-        a->fractions[a->nfractions++] = c;
-    }
-    return a->nfractions > 0 ? 0 : -1;
-}
-
 static int topk_perf_parse(topk_perf_args_t *a, int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -125,7 +109,11 @@ static int topk_perf_parse(topk_perf_args_t *a, int argc, char **argv)
             if (flx_parse_int(optarg, 2, 1000, &v) != 0) goto err_usage;
             a->factor = (unsigned)v;
             break;
-        case 'c': if (topk_perf_parse_fractions(a, optarg) != 0) goto err_usage; break;
+        case 'c':
+            a->nfractions = perf_parse_fractions(optarg, a->fractions, TOPK_PERF_MAX_FRACTIONS);
+            if (a->nfractions < 0)
+                goto err_usage;
+            break;
         case 'n':
             if (flx_parse_int(optarg, 1, 100000, &v) != 0) goto err_usage;
             a->iters = (int)v;
