@@ -7,7 +7,7 @@
  *      histogram of |g + e| (the gain of every kept fraction at once) and
  *      the per-layer accumulated gradient (Accordion's norms);
  *   2. one small allreduce of those, of the compute time and of the last
- *      sync's measured times: every rank then holds the same inputs, so
+ *      sync's measured comm and selection times: every rank then holds the same inputs, so
  *      every rank makes the same decision with no broadcast;
  *   3. the live model: alpha and 1/B from the last sync's time (each
  *      collective keeps its own 1/B, as its software overhead differs; a
@@ -252,7 +252,7 @@ flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opts_t *opt
     st = ctl_sample_init(h);
     if (st != FLX_OK)
         goto fail;
-    h->nagree = (size_t)h->o.nfractions + 4 + (size_t)h->o.nsegments;
+    h->nagree = (size_t)h->o.nfractions + 3 + (size_t)h->o.nsegments;
     h->agree = malloc(h->nagree * sizeof(double));
     if (h->agree == NULL) {
         st = FLX_ERR_NO_MEMORY;
@@ -267,16 +267,22 @@ flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opts_t *opt
     st = flx_gsync_create(comm, n, &go, &h->topk);
     if (st != FLX_OK)
         goto fail;
-    if (rank == 0 && h->o.log_path) {
-        h->log = fopen(h->o.log_path, "w");
-        if (h->log == NULL) {
+    if (h->o.log_path) { /* rank 0 writes it; every rank learns whether it could */
+        int32_t failed = 0;
+
+        if (rank == 0 && (h->log = fopen(h->o.log_path, "w")) == NULL) {
             flx_error(CTRL, rank, "flx_ctl_create: cannot write %s: %s", h->o.log_path,
                       strerror(errno));
-            st = FLX_ERR_INVALID_ARG;
-            goto fail;
+            failed = 1;
         }
-        fprintf(h->log, "step,mode,critical,change,alpha_s,bandwidth,compute_s,choice,kept,"
-                        "predicted_s,predicted_dense_s,gain,decide_s,agree_s,candidates\n");
+        st = flx_allreduce(comm, &failed, &failed, 1, FLX_INT32, FLX_MAX, FLX_ALGO_AUTO);
+        if (st == FLX_OK && failed)
+            st = FLX_ERR_INVALID_ARG;
+        if (st != FLX_OK)
+            goto fail;
+        if (h->log)
+            fprintf(h->log, "step,mode,critical,change,alpha_s,bandwidth,compute_s,choice,kept,"
+                            "predicted_s,predicted_dense_s,gain,decide_s,agree_s,candidates\n");
     }
     *h_p = h;
     return FLX_OK;
@@ -328,12 +334,12 @@ static void ctl_local_stats(flx_ctl_h h, const float *grad, int interval_end)
     for (int f = 0; f < nf; f++)
         h->agree[f] = ctl_hist_gain(&h->hist, h->o.fractions[f]);
     for (int s = 0; s < h->o.nsegments; s++)
-        h->agree[nf + 4 + s] = 0;
+        h->agree[nf + 3 + s] = 0;
     if (interval_end) {
         for (size_t k = 0; k < h->nsample; k++)
-            h->agree[nf + 4 + h->sample_seg[k]] += (double)h->accum[k] * h->accum[k];
+            h->agree[nf + 3 + h->sample_seg[k]] += (double)h->accum[k] * h->accum[k];
         for (int s = 0; s < h->o.nsegments; s++)
-            h->agree[nf + 4 + s] = sqrt(h->agree[nf + 4 + s]);
+            h->agree[nf + 3 + s] = sqrt(h->agree[nf + 3 + s]);
         memset(h->accum, 0, h->nsample * sizeof(float));
     }
 }
@@ -341,8 +347,7 @@ static void ctl_local_stats(flx_ctl_h h, const float *grad, int interval_end)
 static double ctl_ewma(double old, double x) { return old < 0 ? x : (1 - CTL_LAMBDA) * old + CTL_LAMBDA * x; }
 
 /* step 3: the model learns from the last step's agreed timings */
-static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double select_s,
-                      double gain)
+static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double select_s)
 {
     /* alpha from 1/10 to 1000 times, B from 1/10^4 to 16 times calibration */
     double a, b, lo[2] = {h->alpha0 / 10, h->inv_bw0 / 16}, hi[2] = {h->alpha0 * 1e3, h->inv_bw0 * 1e4};
@@ -354,7 +359,6 @@ static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double selec
     if (!h->have_last)
         return;
     c = h->last.coll;
-    (void)gain; /* reported; the combined gain (ctl_combined_gain) is what is learnt */
     before = h->inv_bw[c];
     ctl_coll_terms(c, h->N, (double)h->n, h->last.kept, &a, &b);
     /* a probe replaces a borrowed estimate: all of it, and nothing else */
@@ -562,7 +566,6 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     h->agree[nf] = compute_s;
     h->agree[nf + 1] = h->have_last ? h->last.time_s : 0; /* last sync's comm time */
     h->agree[nf + 2] = h->have_last ? h->last.score : 0;  /* ... and its selection */
-    h->agree[nf + 3] = h->have_last ? h->last.gain : 0;   /* ... and its gain       */
     if (h->N > 1) {
         t_agree = flx_time_now();
         st = flx_allreduce(h->comm, h->agree, h->agree, h->nagree, FLX_FLOAT64, FLX_AVG,
@@ -571,13 +574,13 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
         if (st != FLX_OK)
             return st;
     }
-    ctl_learn(h, h->agree[nf], h->agree[nf + 1], h->agree[nf + 2], h->agree[nf + 3]);
+    ctl_learn(h, h->agree[nf], h->agree[nf + 1], h->agree[nf + 2]);
     if (interval_end) {
         double cur[FLX_CTL_MAX_SEGMENTS];
         int crit = 1;
 
         for (int s = 0; s < h->o.nsegments; s++)
-            cur[s] = h->agree[nf + 4 + s];
+            cur[s] = h->agree[nf + 3 + s];
         if (h->have_prev)
             crit = ctl_critical(h->prev_norm, cur, h->o.segments, h->o.nsegments, h->o.eta,
                                 &h->change);
@@ -617,7 +620,6 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     h->last = cand[best];
     h->last.time_s = r.sync.comm_s;
     h->last.score = r.sync.select_s + r.sync.decompress_s;
-    h->last.gain = r.sync.gain;
     h->have_last = 1;
     h->last_probe = probe;
     h->step++;

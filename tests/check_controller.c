@@ -356,6 +356,11 @@ static int body_bad(flx_comm_h comm, int rank, int size, void *arg)
         return mp_fail(rank, "segments summing to 99 accepted for n = 100");
     if (flx_ctl_create(comm, 0, NULL, &h) != FLX_ERR_INVALID_ARG)
         return mp_fail(rank, "n = 0 accepted");
+    /* only rank 0 opens the decision log; every rank must fail alike */
+    o.field_mask = FLX_CTL_OPT_LOG_PATH;
+    o.log_path = "/nonexistent-dir/ctl.csv";
+    if (flx_ctl_create(comm, 100, &o, &h) != FLX_ERR_INVALID_ARG || h != NULL)
+        return mp_fail(rank, "an unwritable decision log accepted");
     if (flx_ctl_step(NULL, NULL, 0, NULL) != FLX_ERR_INVALID_ARG)
         return mp_fail(rank, "NULL step accepted");
     if (flx_ctl_create(comm, 100, NULL, NULL) != FLX_ERR_INVALID_ARG)
