@@ -44,7 +44,15 @@ acc=$(echo "$out" | sed -n 's/.*final test-acc \([0-9.]*\)%.*/\1/p')
 awk -v a="$acc" 'BEGIN { exit !(a >= 70.0) }' || fail "CNN test accuracy $acc% < 70%: $out"
 echo "CNN on Fashion-MNIST, 2 ranks: test accuracy $acc%"
 
+# --time-limit: the ranks agree when to stop (their clocks differ), evaluate, exit 0
+out=$("$top/flxrun" -n 3 --timeout 120 "$top/flx-train" --synthetic --epochs 50 --model mlp:64 \
+      --batch 32 --time-limit 0.3 --policy flex 2>&1) || fail "--time-limit run: $out"
+echo "$out" | grep -q "final test-acc" || fail "--time-limit: no final line: $out"
+echo "$out" | grep -q "epoch 50/50" && fail "--time-limit did not stop the run: $out"
+
 # bad input: one clear line, exit status != 0
+out=$("$top/flx-train" --synthetic --train-limit 10 --batch 64 2>&1) && fail "10 examples for a 64-example step accepted"
+echo "$out" | grep -q "fewer than one step" || fail "no clear error for too little data: $out"
 "$top/flx-train" --policy fastest >/dev/null 2>&1 && fail "unknown policy accepted"
 out=$("$top/flx-train" --synthetic --model cnn:4 2>&1) && fail "bad CNN spec accepted"
 out=$("$top/flx-train" --synthetic --model mlp:0 2>&1) && fail "zero-width layer accepted"

@@ -181,9 +181,7 @@ flx_status_t sync_create(flx_comm_h comm, nn_t *nn, const sync_opts_t *o, sync_t
             co.field_mask |= FLX_CTL_OPT_LOG_PATH;
             co.log_path = o->ctl_log;
         }
-        if (nseg > FLX_CTL_MAX_SEGMENTS) { /* fold the lowest layers into one */
-            nseg = FLX_CTL_MAX_SEGMENTS;
-        }
+        nseg = FLX_MIN(nseg, FLX_CTL_MAX_SEGMENTS); /* layers past it join the last one */
         co.nsegments = nseg;
         for (int i = 0; i < nseg; i++)
             co.segments[i] = nn_segment(nn, i).len;
