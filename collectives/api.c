@@ -3,6 +3,7 @@
 #include "collectives/coll.h"
 #include "common/dtype.h"
 #include "common/log.h"
+#include "common/time.h"
 
 #include <string.h>
 
@@ -62,9 +63,14 @@ flx_algo_t comm_pick_allreduce(flx_comm_h comm, size_t count, flx_dtype_t dtype,
 
 flx_algo_t flx_allreduce_algo(flx_comm_h comm, size_t count, flx_dtype_t dtype)
 {
+    flx_algo_t algo = FLX_ALGO_AUTO;
+
     if (comm == NULL || !flx_dtype_valid(dtype))
         return FLX_ALGO_AUTO;
-    return comm_pick_allreduce(comm, count, dtype, FLX_ALGO_AUTO);
+    pthread_mutex_lock(&comm->lock); /* the live model may change under exec */
+    algo = comm_pick_allreduce(comm, count, dtype, FLX_ALGO_AUTO);
+    pthread_mutex_unlock(&comm->lock);
+    return algo;
 }
 
 /* Wait until earlier non-blocking requests have run, then take the
@@ -148,6 +154,8 @@ flx_status_t comm_run_allreduce(flx_comm_h comm, const void *sendbuf, void *recv
                                 flx_algo_t algo)
 {
     const size_t bytes = count * flx_dtype_size(dtype);
+    flx_status_t st;
+    double t0;
 
     algo = comm_pick_allreduce(comm, count, dtype, algo);
     if (sendbuf != recvbuf && bytes)
@@ -155,11 +163,15 @@ flx_status_t comm_run_allreduce(flx_comm_h comm, const void *sendbuf, void *recv
     coll_begin(comm, COLL_ALLREDUCE, algo, dtype, op, count, "allreduce");
     if (comm->size == 1)
         return FLX_OK;
+    t0 = flx_time_now();
     switch (algo) {
-    case FLX_ALGO_TREE: return coll_allreduce_tree(comm, recvbuf, count, dtype, op);
-    case FLX_ALGO_RD: return coll_allreduce_rd(comm, recvbuf, count, dtype, op);
-    default: return coll_allreduce_ring(comm, recvbuf, count, dtype, op);
+    case FLX_ALGO_TREE: st = coll_allreduce_tree(comm, recvbuf, count, dtype, op); break;
+    case FLX_ALGO_RD: st = coll_allreduce_rd(comm, recvbuf, count, dtype, op); break;
+    default: st = coll_allreduce_ring(comm, recvbuf, count, dtype, op); break;
     }
+    if (st != FLX_OK)
+        return st;
+    return model_observe(comm, COLL_ALLREDUCE, algo, (double)bytes, flx_time_now() - t0);
 }
 
 flx_status_t comm_run_allgather(flx_comm_h comm, const void *sendbuf, void *recvbuf,
@@ -167,6 +179,8 @@ flx_status_t comm_run_allgather(flx_comm_h comm, const void *sendbuf, void *recv
 {
     const size_t bpr = count * flx_dtype_size(dtype);
     char *mine = (char *)recvbuf + (size_t)comm->rank * bpr;
+    flx_status_t st;
+    double t0;
 
     if (algo == FLX_ALGO_AUTO)
         algo = (flx_algo_t)comm->cfg.algo;
@@ -178,8 +192,12 @@ flx_status_t comm_run_allgather(flx_comm_h comm, const void *sendbuf, void *recv
     coll_begin(comm, COLL_ALLGATHER, algo, dtype, 0, count, "allgather");
     if (comm->size == 1)
         return FLX_OK;
-    return algo == FLX_ALGO_RD ? coll_allgather_bruck(comm, recvbuf, bpr)
-                               : coll_allgather_ring(comm, recvbuf, bpr);
+    t0 = flx_time_now();
+    st = algo == FLX_ALGO_RD ? coll_allgather_bruck(comm, recvbuf, bpr)
+                             : coll_allgather_ring(comm, recvbuf, bpr);
+    if (st != FLX_OK)
+        return st;
+    return model_observe(comm, COLL_ALLGATHER, algo, (double)bpr, flx_time_now() - t0);
 }
 
 flx_status_t flx_allreduce_check(flx_comm_h comm, const void *sendbuf, void *recvbuf,

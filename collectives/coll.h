@@ -42,6 +42,20 @@ double model_bcast_time(int chain, int n, double bytes, double alpha, double bet
 flx_algo_t model_pick_allreduce(int n, double bytes, double alpha, double beta, double chunk);
 flx_algo_t model_pick_allgather(int n, double bytes_per_rank, double alpha, double beta);
 int model_pick_bcast_chain(int n, double bytes, double alpha, double beta, double chunk);
+/* The live model.  A collective whose prediction is c0 + a alpha + b / beta
+ * took t: model_dominant says which term dominates the prediction (2: the
+ * bandwidth term, 1: latency) and model_learn folds the observation of that
+ * term, max(0, t - a alpha) / b of 1/beta or max(0, t - b / beta) / a of
+ * alpha, in with weight lambda, keeping it within [lo, hi] (index 0 alpha,
+ * 1 1/beta); t < 0 or a = b = 0: unchanged.  Pure. */
+int model_dominant(double a, double b, double alpha, double inv_bw);
+void model_learn(double *alpha_p, double *inv_bw_p, double t, double a, double b, int which,
+                 double lambda, const double lo[2], const double hi[2]);
+/* After an allreduce or allgather (kind COLL_ALLREDUCE / COLL_ALLGATHER) of
+ * bytes (per rank for allgather) with algo took t seconds: learn from it,
+ * and every FLX_MODEL_REFRESH observations agree on the communicator's model
+ * (a collective: every rank calls it at the same point).  Exec held. */
+flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double bytes, double t);
 /* measure alpha and beta between rank pairs, agree on the worst */
 flx_status_t model_calibrate(flx_comm_h comm, flx_link_model_t *model_p);
 

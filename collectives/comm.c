@@ -241,7 +241,9 @@ flx_status_t flx_comm_link_model(flx_comm_h comm, flx_link_model_t *model_p)
                   comm ? "model_p" : "comm");
         return FLX_ERR_INVALID_ARG;
     }
+    pthread_mutex_lock(&comm->lock); /* the live refresh writes it under exec */
     *model_p = comm->model;
+    pthread_mutex_unlock(&comm->lock);
     return FLX_OK;
 }
 

@@ -34,6 +34,14 @@ typedef struct flx_request {
     flx_status_t status;
 } flx_request_t;
 
+/* The live link model's state on this rank (model.c). */
+typedef struct {
+    double alpha, inv_bw;     /* this rank's EWMAs (0: no observation yet) */
+    double alpha0, inv_bw0;   /* where they started, for their bounds     */
+    int nbw, nlat;            /* observations since the last agreement    */
+    long refreshes;           /* agreements so far                        */
+} model_live_t;
+
 struct flx_comm {
     int rank;
     int size;
@@ -44,7 +52,8 @@ struct flx_comm {
     uint32_t seq;             /* next collective's sequence number       */
     tl_tag_t tag;             /* the running collective's tag            */
     const char *coll_name;    /* the running collective, for log lines   */
-    flx_link_model_t model;
+    flx_link_model_t model;   /* written under exec and lock             */
+    model_live_t live;
     flx_status_t err;         /* sticky: the first failure (under exec)  */
     /* written by any thread, read with __atomic_load_n */
     int aborted;              /* flx_comm_abort was called               */

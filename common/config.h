@@ -27,6 +27,7 @@ typedef struct {
     int calibrate;              /* FLX_CALIBRATE */
     double alpha_s;             /* FLX_ALPHA, 0 = measure */
     double beta;                /* FLX_BETA bytes/s, 0 = measure */
+    int model_refresh;          /* FLX_MODEL_REFRESH: observations per agreement, 0 = off */
     double spin_s;              /* FLX_SPIN: busy-poll before sleeping */
     char ib_hca[64];            /* FLX_IB_HCA name[:port] */
     int ib_gid_index;           /* FLX_IB_GID_INDEX, -1 = rdmacm decides */

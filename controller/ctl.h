@@ -59,20 +59,14 @@ double ctl_hist_gain(const ctl_hist_t *h, double c);
 int ctl_critical(const double *prev, const double *cur, const size_t *len, int nseg,
                  double eta, double *change_p);
 
-/* The live model (alpha, 1/B) after a step of measured time t on a
- * collective with terms (a, b).  The term that dominates the prediction
- * takes the blame or the credit: when b / B >= a alpha the observation
- * max(0, t - a alpha) / b of 1/B is folded in with weight lambda, else
- * the observation max(0, t - b / B) / a of alpha.  Each stays within
- * [lo, hi] of its own (lo[0], hi[0] for alpha; lo[1], hi[1] for 1/B).
- * t < 0 or a = b = 0 (N = 1): unchanged. */
-void ctl_update_model(double *alpha_p, double *inv_bw_p, double t, double a, double b,
-                      double lambda, const double lo[2], const double hi[2]);
-
 /* The choice among cand[0, n):
  *   allowed:  kept >= min_kept and gain >= min_gain (dense always is);
- *   score:    weight ln(T_min / T) + (1 - weight) ln(gain), T_min the
- *             fastest allowed candidate's time;
+ *   score:    weight ln(T_min / T) + (1 - weight) ln(delta), T_min the
+ *             fastest allowed candidate's time, delta = gain^2 the share
+ *             of the energy of g + e the step delivers (error feedback's
+ *             contraction: with ||x - C(x)||^2 <= (1 - delta) ||x||^2 the
+ *             progress of a step scales with delta), so weight 0.5 ranks
+ *             by delta per second of step time;
  *   winner:   the highest score; ties go to the larger kept fraction,
  *             then to the faster.
  * A maximiser of a weighted sum of two increasing objectives is Pareto

@@ -111,23 +111,6 @@ int ctl_critical(const double *prev, const double *cur, const size_t *len, int n
     return weight > 0 && sum / weight >= eta;
 }
 
-static double ctl_clamp(double x, double lo, double hi) { return x < lo ? lo : x > hi ? hi : x; }
-
-void ctl_update_model(double *alpha_p, double *inv_bw_p, double t, double a, double b,
-                      double lambda, const double lo[2], const double hi[2])
-{
-    double alpha = *alpha_p, inv_bw = *inv_bw_p;
-
-    if (!(t >= 0) || !(a > 0 || b > 0))
-        return;
-    if (b * inv_bw >= a * alpha && b > 0) {
-        double obs = FLX_MAX(0.0, t - a * alpha) / b;
-        *inv_bw_p = ctl_clamp((1.0 - lambda) * inv_bw + lambda * obs, lo[1], hi[1]);
-    } else {
-        double obs = FLX_MAX(0.0, t - b * inv_bw) / a;
-        *alpha_p = ctl_clamp((1.0 - lambda) * alpha + lambda * obs, lo[0], hi[0]);
-    }
-}
 
 static int ctl_allowed(const ctl_cand_t *c, double min_kept, double min_gain)
 {
@@ -159,7 +142,7 @@ int ctl_choose(ctl_cand_t *cand, int n, double weight, double min_kept, double m
             cand[i].score = -INFINITY;
             continue;
         }
-        cand[i].score = (1.0 - weight) * log(cand[i].gain);
+        cand[i].score = (1.0 - weight) * 2.0 * log(cand[i].gain); /* ln delta = 2 ln gain */
         if (t_min > 0)
             cand[i].score += weight * log(t_min / cand[i].time_s);
         if (best < 0 || ctl_better(&cand[i], &cand[best]))

@@ -181,6 +181,15 @@ typedef struct {
 FLX_API flx_status_t flx_comm_link_model(flx_comm_h comm,
                                          flx_link_model_t *model_p);
 
+/* Measure the links now, to every peer (collective; flx-info --calibrate):
+ * a round-robin of pairwise ping-pongs, each pair once (N - 1 rounds, N
+ * with a bye when N is odd): 15 small round trips give alpha, 3 transfers of
+ * 1 MiB give beta.  per_peer (NULL: not wanted) receives size entries, this
+ * rank's link to each peer (its own entry 0, 0).  The communicator's model
+ * becomes the worst link's, as at creation, and the live refresh starts
+ * again from it (FLX_MODEL_REFRESH). */
+FLX_API flx_status_t flx_comm_calibrate(flx_comm_h comm, flx_link_model_t *per_peer);
+
 /* The algorithm the communicator would pick for an allreduce of count
  * elements of dtype (honours FLX_ALGO).  Same answer on every rank. */
 FLX_API flx_algo_t flx_allreduce_algo(flx_comm_h comm, size_t count,
@@ -436,7 +445,8 @@ typedef struct flx_ctl *flx_ctl_h;
 /* FLEX: score every candidate {dense ring, dense tree} + {AR-Topk, sparse
  *       allgather} x {kept fractions} by predicted time (alpha-beta model,
  *       bandwidth refreshed from live timings, measured selection cost)
- *       and gain, take the best weight ln(T_min/T) + (1-weight) ln(gain);
+ *       and the energy kept, delta = gain^2, take the best
+ *       weight ln(T_min/T) + (1-weight) ln(delta) (0.5: delta per second);
  *       in the critical regime the weight of time is halved.
  * ACCORDION: AR-Topk at critical_kept in the critical regime, low_kept
  *       otherwise.

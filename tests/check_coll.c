@@ -346,6 +346,110 @@ static int body_barrier_async(flx_comm_h comm, int rank, int size, void *arg)
     return 0;
 }
 
+
+/* The live model: started from a claimed 1 TB/s, every rank's allreduces
+ * and allgathers (blocking and non-blocking, bandwidth-bound) pull beta
+ * down to what the sockets move, and every rank holds the same model.
+ * arg: FLX_MODEL_REFRESH is 0 (the start values must stay). */
+static int body_model_refresh(flx_comm_h comm, int rank, int size, void *arg)
+{
+    const int off = arg != NULL;
+    const size_t count = 256 * 1024; /* 1 MiB of float32 */
+    float *buf = malloc(count * sizeof(float)), *all = malloc(count * sizeof(float) * (size_t)size);
+    double betas[8 * 2], mine[2];
+    flx_link_model_t m0, m1;
+    flx_status_t st;
+
+    if (buf == NULL || all == NULL)
+        return mp_fail(rank, "out of memory");
+    if ((st = flx_comm_link_model(comm, &m0)) != FLX_OK || m0.beta_bytes_per_s != 1e12)
+        return mp_fail(rank, "start model: %s, beta %g", flx_status_string(st), m0.beta_bytes_per_s);
+    for (int it = 0; it < 12; it++) {
+        flx_request_h req;
+
+        for (size_t i = 0; i < count; i++)
+            buf[i] = (float)((rank + (int)i + it) % 8) / 8.0f;
+        if (it % 3 == 2) {
+            st = flx_allgather(comm, buf, all, count, FLX_FLOAT32, FLX_ALGO_RING);
+            for (int r = 0; r < size && st == FLX_OK; r++)
+                for (size_t i = 0; i < count; i++)
+                    if (all[(size_t)r * count + i] != (float)((r + (int)i + it) % 8) / 8.0f)
+                        return mp_fail(rank, "allgather %d: block %d element %zu wrong", it, r, i);
+        } else {
+            st = it % 3 ? flx_iallreduce(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM,
+                                         FLX_ALGO_RING, &req)
+                        : flx_allreduce(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING);
+            if (st == FLX_OK && it % 3)
+                st = flx_wait(req);
+            for (size_t i = 0; i < count && st == FLX_OK; i++) {
+                float want = 0;
+                for (int r = 0; r < size; r++)
+                    want += (float)((r + (int)i + it) % 8) / 8.0f;
+                if (buf[i] != want)
+                    return mp_fail(rank, "allreduce %d: element %zu is %g, not %g", it, i, buf[i], want);
+            }
+        }
+        if (st != FLX_OK)
+            return mp_fail(rank, "collective %d: %s", it, flx_status_string(st));
+    }
+    if ((st = flx_comm_link_model(comm, &m1)) != FLX_OK)
+        return mp_fail(rank, "link model: %s", flx_status_string(st));
+    if (off || size == 1) {
+        if (m1.beta_bytes_per_s != m0.beta_bytes_per_s || m1.alpha_s != m0.alpha_s)
+            return mp_fail(rank, "model moved without refresh: beta %g, alpha %g",
+                           m1.beta_bytes_per_s, m1.alpha_s);
+    } else if (!(m1.beta_bytes_per_s < 1e11 && m1.beta_bytes_per_s > 1e6)) {
+        return mp_fail(rank, "beta %g B/s after 8 MiB-scale transfers on loopback", m1.beta_bytes_per_s);
+    }
+    mine[0] = m1.alpha_s;
+    mine[1] = m1.beta_bytes_per_s;
+    if (size <= 8 && (st = flx_allgather(comm, mine, betas, 2, FLX_FLOAT64, FLX_ALGO_AUTO)) != FLX_OK)
+        return mp_fail(rank, "allgather of the models: %s", flx_status_string(st));
+    for (int r = 0; r < size && size <= 8; r++)
+        if (betas[2 * r] != mine[0] || betas[2 * r + 1] != mine[1])
+            return mp_fail(rank, "rank %d holds alpha %g beta %g, I hold %g %g", r, betas[2 * r],
+                           betas[2 * r + 1], mine[0], mine[1]);
+    free(buf);
+    free(all);
+    return 0;
+}
+
+/* flx_comm_calibrate: every peer measured (own entry 0), and the model
+ * every rank now holds is exactly the worst link any rank measured */
+static int body_calibrate(flx_comm_h comm, int rank, int size, void *arg)
+{
+    flx_link_model_t links[8], model;
+    double row[16], all[8 * 16], worst_alpha = 0, worst_beta = 1e300;
+    flx_status_t st;
+
+    (void)arg;
+    if (size > 8)
+        return mp_fail(rank, "test written for up to 8 ranks");
+    if ((st = flx_comm_calibrate(comm, links)) != FLX_OK)
+        return mp_fail(rank, "flx_comm_calibrate: %s", flx_status_string(st));
+    for (int j = 0; j < size; j++) {
+        int measured = links[j].alpha_s > 0 && links[j].beta_bytes_per_s > 0;
+        if (measured != (j != rank))
+            return mp_fail(rank, "link to %d: alpha %g beta %g", j, links[j].alpha_s,
+                           links[j].beta_bytes_per_s);
+        row[2 * j] = links[j].alpha_s;
+        row[2 * j + 1] = links[j].beta_bytes_per_s;
+    }
+    if ((st = flx_allgather(comm, row, all, 2 * (size_t)size, FLX_FLOAT64, FLX_ALGO_AUTO)) != FLX_OK ||
+        (st = flx_comm_link_model(comm, &model)) != FLX_OK)
+        return mp_fail(rank, "after calibration: %s", flx_status_string(st));
+    for (int i = 0; i < size; i++)
+        for (int j = 0; j < size; j++)
+            if (i != j) {
+                worst_alpha = fmax(worst_alpha, all[i * 2 * size + 2 * j]);
+                worst_beta = fmin(worst_beta, all[i * 2 * size + 2 * j + 1]);
+            }
+    if (size > 1 && (model.alpha_s != worst_alpha || model.beta_bytes_per_s != worst_beta))
+        return mp_fail(rank, "model alpha %g beta %g, worst link alpha %g beta %g", model.alpha_s,
+                       model.beta_bytes_per_s, worst_alpha, worst_beta);
+    return 0;
+}
+
 /* ---- test cases ------------------------------------------------------------ */
 
 static const int sizes_n[] = {1, 2, 3, 4, 5, 8};
@@ -366,6 +470,36 @@ MP_TEST(test_allgather, body_allgather)
 MP_TEST(test_bcast, body_bcast)
 MP_TEST(test_reduce_scatter, body_reduce_scatter)
 MP_TEST(test_barrier_async, body_barrier_async)
+MP_TEST(test_calibrate, body_calibrate)
+
+static void model_env(const char *refresh)
+{
+    setenv("FLX_CALIBRATE", "no", 1);
+    setenv("FLX_ALPHA", "1us", 1);
+    setenv("FLX_BETA", "1000G", 1);
+    setenv("FLX_MODEL_REFRESH", refresh, 1);
+}
+
+static void model_env_clear(void)
+{
+    unsetenv("FLX_CALIBRATE");
+    unsetenv("FLX_ALPHA");
+    unsetenv("FLX_BETA");
+    unsetenv("FLX_MODEL_REFRESH");
+}
+
+START_TEST(test_model_refresh)
+{
+    int n = sizes_n[_i], failed;
+
+    model_env("4");
+    failed = mp_run(n, body_model_refresh, NULL, 240, NULL);
+    model_env("0");
+    failed += mp_run(n, body_model_refresh, "off", 240, NULL);
+    model_env_clear();
+    ck_assert_msg(failed == 0, "%d ranks failed (N = %d)", failed, n);
+}
+END_TEST
 
 int main(void)
 {
@@ -380,6 +514,8 @@ int main(void)
     tcase_add_loop_test(tc, test_bcast, 0, 6);
     tcase_add_loop_test(tc, test_reduce_scatter, 0, 6);
     tcase_add_loop_test(tc, test_barrier_async, 0, 6);
+    tcase_add_loop_test(tc, test_model_refresh, 0, 6);
+    tcase_add_loop_test(tc, test_calibrate, 0, 6);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -15,6 +15,19 @@ for knob in FLX_TIMEOUT FLX_ALGO FLX_JOB_SECRET FLX_ROOT FLX_CHUNK_SIZE FLX_LOG_
 done
 FLX_TIMEOUT=never "$top/flx-info" -c >/dev/null 2>&1 && fail "flx-info accepted FLX_TIMEOUT=never"
 
+# every link measured, and the model is the worst of them
+out=$("$top/flxrun" -n 3 "$top/flx-info" --calibrate 2>&1) || fail "flx-info --calibrate: $out"
+echo "$out" | sed 's/^\[[0-9]*\] //' | awk '
+    /# alpha/ { k = "a"; next } /# beta/ { k = "b"; next }
+    k != "" && $1 ~ /^[0-9]+$/ && NF == 4 { for (i = 2; i <= 4; i++) if ($i != "-") { n[k]++
+        if (k == "a" && $i + 0 > amax) amax = $i + 0
+        if (k == "b" && (bmin == "" || $i + 0 < bmin)) bmin = $i + 0 } }
+    /model: alpha/ { ma = $3; mb = $6 }
+    END { if (n["a"] != 6 || n["b"] != 6 || ma == "" || ma - amax > 0.001 || amax - ma > 0.001 ||
+              mb - bmin > 0.0006 || bmin - mb > 0.0006 || bmin <= 0) exit 1 }' ||
+    fail "flx-info --calibrate: matrices and model disagree: $out"
+"$top/flx-info" --calibrate >/dev/null 2>&1 && fail "flx-info --calibrate ran without a job"
+
 out=$("$top/flx-train" --data /nonexistent/dir --epochs 1 2>&1) && fail "missing data accepted"
 echo "$out" | grep -q "/nonexistent/dir/train-images-idx3-ubyte" || fail "error does not name the file: $out"
-echo "PASS: flx-example, flx-info, flx-train"
+echo "PASS: flx-example, flx-info (-c, --calibrate), flx-train"

@@ -1,5 +1,6 @@
 /* flx-info -- what this flexcoll build can do: version, features, transports,
- * network devices, and (-c) every FLX_* knob with its value and help. */
+ * network devices, (-c) every FLX_* knob with its value and help, and
+ * (--calibrate, as the ranks of a job) alpha and beta of every link. */
 #include "flexcoll.h"
 #include "common/config.h"
 #ifdef FLX_HAVE_VERBS
@@ -9,15 +10,20 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: flx-info [-c] [-h]\n"
+    fprintf(out, "usage: flx-info [-c] [--calibrate] [-h]\n"
                  "  (no option)  version, build features, transports, network devices\n"
-                 "  -c           every FLX_* configuration knob: value, default and help\n");
+                 "  -c           every FLX_* configuration knob: value, default and help\n"
+                 "  --calibrate  run as the ranks of a job (flxrun -n N flx-info --calibrate):\n"
+                 "               measure alpha and beta of every link, print the matrix and\n"
+                 "               the model the collectives choose algorithms with\n");
 }
 
 static void print_devices(void)
@@ -39,13 +45,90 @@ static void print_devices(void)
     freeifaddrs(ifs);
 }
 
+/* every rank measures its links; rank 0 prints the matrices */
+static int calibrate(void)
+{
+    flx_comm_h comm;
+    flx_link_model_t *mine, model;
+    double *row, *all;
+    flx_status_t st;
+    int n, rank, rc = 1;
+
+    st = flx_comm_create(NULL, &comm);
+    if (st != FLX_OK) {
+        fprintf(stderr, "flx-info: --calibrate: flx_comm_create: %s (run it as the ranks of a job: "
+                "flxrun -n N flx-info --calibrate)\n", flx_status_string(st));
+        return 1;
+    }
+    n = flx_comm_size(comm);
+    rank = flx_comm_rank(comm);
+    if (n < 2) {
+        fprintf(stderr, "flx-info: --calibrate: a job of one rank has no links to measure; run "
+                "it as the ranks of a job: flxrun -n N flx-info --calibrate\n");
+        flx_comm_destroy(comm);
+        return 1;
+    }
+    mine = calloc((size_t)n, sizeof(*mine));
+    row = calloc(2 * (size_t)n, sizeof(double));
+    all = calloc(2 * (size_t)n * (size_t)n, sizeof(double));
+    if (mine == NULL || row == NULL || all == NULL) {
+        fprintf(stderr, "flx-info: rank %d: out of memory\n", rank);
+        goto out; /* the others fail on the calibration with this rank gone */
+    }
+    st = flx_comm_calibrate(comm, mine);
+    for (int j = 0; j < n; j++) {
+        row[2 * j] = mine[j].alpha_s;
+        row[2 * j + 1] = mine[j].beta_bytes_per_s;
+    }
+    if (st == FLX_OK)
+        st = flx_allgather(comm, row, all, 2 * (size_t)n, FLX_FLOAT64, FLX_ALGO_AUTO);
+    if (st == FLX_OK)
+        st = flx_comm_link_model(comm, &model);
+    if (st != FLX_OK) {
+        fprintf(stderr, "flx-info: rank %d: calibration: %s\n", rank, flx_status_string(st));
+        goto out;
+    }
+    if (rank == 0) {
+        printf("# links of %d ranks over %s, measured by rank i (row) with rank j (column)\n", n,
+               flx_comm_net_name(comm));
+        for (int k = 0; k < 2; k++) {
+            printf("# %s\n%6s", k ? "beta (GB/s)" : "alpha (us, one way)", "i\\j");
+            for (int j = 0; j < n; j++)
+                printf(" %8d", j);
+            printf("\n");
+            for (int i = 0; i < n; i++) {
+                printf("%6d", i);
+                for (int j = 0; j < n; j++)
+                    if (i == j)
+                        printf(" %8s", "-");
+                    else
+                        printf(" %8.3f", all[(size_t)i * 2 * n + 2 * j + k] * (k ? 1e-9 : 1e6));
+                printf("\n");
+            }
+        }
+        printf("model: alpha %.3f us, beta %.4f GB/s (the worst link; refreshed from live "
+               "timings every FLX_MODEL_REFRESH collectives)\n", model.alpha_s * 1e6,
+               model.beta_bytes_per_s * 1e-9);
+    }
+    rc = 0;
+out:
+    free(mine);
+    free(row);
+    free(all);
+    st = flx_comm_destroy(comm);
+    return rc || st != FLX_OK;
+}
+
 int main(int argc, char **argv)
 {
+    static const struct option longopts[] = {{"calibrate", no_argument, 0, 'C'},
+                                             {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     flx_config_t cfg;
     int show_config = 0, opt;
 
-    while ((opt = getopt(argc, argv, "ch")) != -1) {
+    while ((opt = getopt_long(argc, argv, "ch", longopts, NULL)) != -1) {
         switch (opt) {
+        case 'C': return calibrate();
         case 'c': show_config = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;

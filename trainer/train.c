@@ -70,7 +70,7 @@ static void usage(FILE *out)
             "  --algo A           dense allreduce: auto|ring|tree|rd (default auto)\n"
             "  --bucket BYTES     dense: bytes per overlapped allreduce (default 4M)\n"
             "  --kept C           topk-ag, artopk: kept fraction (default 0.01)\n"
-            "  --leader L         artopk: star or var (default star)\n"
+            "  --leader L         artopk: star, var or vote (default star)\n"
             "  --psgd-rank R      powersgd: rank (default 4)\n"
             "  --weight W         flex: weight of time against gain, [0, 1] (default 0.5)\n"
             "  --eta X            accordion, flex: critical-regime threshold (default 0.5)\n"
@@ -190,6 +190,7 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         case 'E':
             if (!strcmp(optarg, "star")) o->sync.leader = FLX_LEADER_STAR;
             else if (!strcmp(optarg, "var")) o->sync.leader = FLX_LEADER_VAR;
+            else if (!strcmp(optarg, "vote")) o->sync.leader = FLX_LEADER_VOTE;
             else goto bad;
             break;
         case 'r': o->sync.psgd_rank = (int)strtol(optarg, &end, 10); if (*end || o->sync.psgd_rank < 1) goto bad; break;
