@@ -55,9 +55,8 @@ flx_algo_t comm_pick_allreduce(flx_comm_h comm, size_t count, flx_dtype_t dtype,
     if (algo == FLX_ALGO_AUTO)
         algo = (flx_algo_t)comm->cfg.algo;
     if (algo == FLX_ALGO_AUTO)
-        algo = model_pick_allreduce(comm->size, (double)count * flx_dtype_size(dtype),
-                                    comm->model.alpha_s, comm->model.beta_bytes_per_s,
-                                    (double)comm->cfg.chunk_size);
+        algo = model_pick_allreduce_ab(comm->size, (double)count * flx_dtype_size(dtype),
+                                       comm->ar, (double)comm->cfg.chunk_size);
     return algo;
 }
 

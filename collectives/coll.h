@@ -40,6 +40,21 @@ double model_allgather_time(flx_algo_t algo, int n, double bytes_per_rank, doubl
 double model_bcast_time(int chain, int n, double bytes, double alpha, double beta,
                         double chunk);
 flx_algo_t model_pick_allreduce(int n, double bytes, double alpha, double beta, double chunk);
+/* The allreduce formula as c0 + a alpha + b / beta (c0: local reductions). */
+void model_allreduce_terms(flx_algo_t algo, int n, double bytes, double chunk, double *c0_p,
+                           double *a_p, double *b_p);
+/* ... with an algorithm's own (alpha, 1/beta); the pick from one each. */
+double model_allreduce_time_ab(flx_algo_t algo, int n, double bytes, model_ab_t ab, double chunk);
+flx_algo_t model_pick_allreduce_ab(int n, double bytes, const model_ab_t ar[MODEL_NAR], double chunk);
+/* Solve a alpha + b inv_bw = t - c0 at two sizes, small and large, each
+ * {c0, a, b, t}; 0 and *ab_p set, or -1 (no positive solution) and *ab_p
+ * untouched. */
+int model_fit_ab(const double small[4], const double large[4], model_ab_t *ab_p);
+/* Install a model (ar NULL: every algorithm at the link's values); exec held. */
+void comm_set_model(flx_comm_h comm, flx_link_model_t link, const model_ab_t ar[MODEL_NAR]);
+/* At creation: the link (ping-pong with rank ^ 1, unless FLX_ALPHA and
+ * FLX_BETA fix it) and each allreduce algorithm's fit, installed. */
+flx_status_t model_setup(flx_comm_h comm);
 flx_algo_t model_pick_allgather(int n, double bytes_per_rank, double alpha, double beta);
 int model_pick_bcast_chain(int n, double bytes, double alpha, double beta, double chunk);
 /* The live model.  A collective whose prediction is c0 + a alpha + b / beta
@@ -56,8 +71,6 @@ void model_learn(double *alpha_p, double *inv_bw_p, double t, double a, double b
  * and every FLX_MODEL_REFRESH observations agree on the communicator's model
  * (a collective: every rank calls it at the same point).  Exec held. */
 flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double bytes, double t);
-/* measure alpha and beta between rank pairs, agree on the worst */
-flx_status_t model_calibrate(flx_comm_h comm, flx_link_model_t *model_p);
 
 /* api.c / async.c internals shared by the blocking and non-blocking calls */
 flx_status_t flx_allreduce_check(flx_comm_h comm, const void *sendbuf, void *recvbuf,

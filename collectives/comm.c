@@ -180,18 +180,9 @@ flx_status_t flx_comm_create(const flx_comm_params_t *params, flx_comm_h *comm_p
     pthread_mutex_init(&comm->exec, NULL);
     pthread_mutex_init(&comm->lock, NULL);
     pthread_cond_init(&comm->cond, NULL);
-    comm->model.alpha_s = comm->cfg.alpha_s > 0 ? comm->cfg.alpha_s : 20e-6;
-    comm->model.beta_bytes_per_s = comm->cfg.beta > 0 ? comm->cfg.beta : 1e9;
-    if (comm->size > 1 && comm->cfg.calibrate && !(comm->cfg.alpha_s > 0 && comm->cfg.beta > 0)) {
-        flx_link_model_t m;
-        st = model_calibrate(comm, &m);
-        if (st != FLX_OK)
-            goto err_destroy_tl;
-        if (comm->cfg.alpha_s <= 0)
-            comm->model.alpha_s = m.alpha_s;
-        if (comm->cfg.beta <= 0)
-            comm->model.beta_bytes_per_s = m.beta_bytes_per_s;
-    }
+    st = model_setup(comm);
+    if (st != FLX_OK)
+        goto err_destroy_tl;
     flx_info(INIT, comm->rank, "communicator ready: rank %d of %d over %s, alpha %.1f us, "
              "beta %.2f GB/s", comm->rank, comm->size, comm->tl->name,
              comm->model.alpha_s * 1e6, comm->model.beta_bytes_per_s / 1e9);

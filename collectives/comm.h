@@ -34,10 +34,19 @@ typedef struct flx_request {
     flx_status_t status;
 } flx_request_t;
 
-/* The live link model's state on this rank (model.c). */
+/* A latency and an inverse bandwidth: time = c0 + a alpha + b inv_bw. */
 typedef struct {
-    double alpha, inv_bw;     /* this rank's EWMAs (0: no observation yet) */
-    double alpha0, inv_bw0;   /* where they started, for their bounds     */
+    double alpha, inv_bw;
+} model_ab_t;
+
+/* The allreduce algorithms with a model each: index algo - FLX_ALGO_RING. */
+enum { MODEL_NAR = 3 };
+
+/* The live model's state on this rank (model.c). */
+typedef struct {
+    int started;
+    model_ab_t link, ar[MODEL_NAR];   /* this rank's EWMAs                */
+    model_ab_t link0, ar0[MODEL_NAR]; /* where they started: their bounds  */
     int nbw, nlat;            /* observations since the last agreement    */
     long refreshes;           /* agreements so far                        */
 } model_live_t;
@@ -53,6 +62,9 @@ struct flx_comm {
     tl_tag_t tag;             /* the running collective's tag            */
     const char *coll_name;    /* the running collective, for log lines   */
     flx_link_model_t model;   /* written under exec and lock             */
+    model_ab_t ar[MODEL_NAR]; /* each allreduce algorithm's own (alpha,
+                                 1/beta): fitted at creation, then live;
+                                 written under exec and lock             */
     model_live_t live;
     flx_status_t err;         /* sticky: the first failure (under exec)  */
     /* written by any thread, read with __atomic_load_n */

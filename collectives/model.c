@@ -10,17 +10,24 @@
  *   binomial bcast   ceil(log2 N) (alpha + S/beta)
  *   chain bcast      (N-2 + S/c) (alpha + c/beta)
  *
+ * Each allreduce algorithm has its own alpha and 1/beta in these formulas
+ * (the formulas' shapes stay; the constants are the algorithm's own): at
+ * creation they are fitted to two timed runs of it, 8 B and 256 KiB
+ * (model_fit_allreduce).
+ *
  * Live refresh: every allreduce and allgather that ran is an observation of
- * the term that dominated its prediction (model_update).  Each rank keeps an
- * EWMA of its own; every FLX_MODEL_REFRESH bandwidth-dominated observations
- * (or 64 times as many latency-dominated ones) the ranks agree, in one
- * 2-double allreduce at the same point of their call sequence, on the
- * smallest alpha and 1/beta any rank saw.  The smallest, because a rank that
- * arrived early at a collective also timed its wait for the others; the one
- * that arrived last timed the transfer itself.
+ * the term that dominated its prediction (model_learn), for that allreduce
+ * algorithm (allgather: the link's).  A change of 1/beta scales the others'
+ * by the same factor (the link is shared).  Each rank keeps EWMAs of its
+ * own; every FLX_MODEL_REFRESH bandwidth-dominated observations (or 64
+ * times as many latency-dominated ones) the ranks agree, in one small
+ * allreduce at the same point of their call sequence, on the largest value
+ * any rank saw: a collective is over for the job when its slowest rank is
+ * done, and that is what the benchmarks time.
  */
 #include "collectives/coll.h"
 #include "collectives/topo.h"
+#include "common/dtype.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "common/util.h"
@@ -88,20 +95,65 @@ double model_bcast_time(int chain, int n, double bytes, double alpha, double bet
     return (n - 2 + bytes / c) * (alpha + c / beta);
 }
 
-flx_algo_t model_pick_allreduce(int n, double bytes, double alpha, double beta, double chunk)
+void model_allreduce_terms(flx_algo_t algo, int n, double bytes, double chunk, double *c0_p,
+                           double *a_p, double *b_p)
 {
-    static const flx_algo_t cand[] = {FLX_ALGO_RING, FLX_ALGO_TREE, FLX_ALGO_RD};
+    double c0 = model_allreduce_time(algo, n, bytes, 0.0, INFINITY, chunk);
+
+    *c0_p = c0;
+    *a_p = model_allreduce_time(algo, n, bytes, 1.0, INFINITY, chunk) - c0;
+    *b_p = model_allreduce_time(algo, n, bytes, 0.0, 1.0, chunk) - c0;
+}
+
+double model_allreduce_time_ab(flx_algo_t algo, int n, double bytes, model_ab_t ab, double chunk)
+{
+    double c0, a, b;
+
+    if (n <= 1)
+        return 0;
+    model_allreduce_terms(algo, n, bytes, chunk, &c0, &a, &b);
+    return c0 + a * ab.alpha + b * ab.inv_bw;
+}
+
+flx_algo_t model_pick_allreduce_ab(int n, double bytes, const model_ab_t ar[MODEL_NAR], double chunk)
+{
     flx_algo_t best = FLX_ALGO_RING;
     double best_t = 1e300;
 
-    for (size_t i = 0; i < FLX_ARRAY_SIZE(cand); i++) {
-        double t = model_allreduce_time(cand[i], n, bytes, alpha, beta, chunk);
+    for (int i = 0; i < MODEL_NAR; i++) {
+        double t = model_allreduce_time_ab((flx_algo_t)(FLX_ALGO_RING + i), n, bytes, ar[i], chunk);
         if (t < best_t) {
             best_t = t;
-            best = cand[i];
+            best = (flx_algo_t)(FLX_ALGO_RING + i);
         }
     }
     return best;
+}
+
+flx_algo_t model_pick_allreduce(int n, double bytes, double alpha, double beta, double chunk)
+{
+    model_ab_t ar[MODEL_NAR];
+
+    for (int i = 0; i < MODEL_NAR; i++)
+        ar[i] = (model_ab_t){alpha, 1.0 / beta};
+    return model_pick_allreduce_ab(n, bytes, ar, chunk);
+}
+
+int model_fit_ab(const double small[4], const double large[4], model_ab_t *ab_p)
+{
+    /* each: c0, a, b, measured t; solve a alpha + b inv_bw = t - c0 for both */
+    double ys = small[3] - small[0], yl = large[3] - large[0];
+    double det = small[1] * large[2] - small[2] * large[1];
+    model_ab_t ab;
+
+    if (!(fabs(det) > 0) || !(small[1] > 0) || !(ys > 0) || !(yl > 0))
+        return -1;
+    ab.inv_bw = (small[1] * yl - large[1] * ys) / det;
+    ab.alpha = (ys - small[2] * ab.inv_bw) / small[1];
+    if (!(ab.inv_bw > 0) || !(ab.alpha > 0))
+        return -1;
+    *ab_p = ab;
+    return 0;
 }
 
 flx_algo_t model_pick_allgather(int n, double bpr, double alpha, double beta)
@@ -139,72 +191,206 @@ void model_learn(double *alpha_p, double *inv_bw_p, double t, double a, double b
     }
 }
 
-/* time of one run of (kind, algo) over bytes, for the given alpha and beta */
-static double model_time(int kind, flx_algo_t algo, int n, double bytes, double alpha,
-                         double beta, double chunk)
+static int cmp_double(const void *a, const void *b)
 {
-    return kind == COLL_ALLREDUCE ? model_allreduce_time(algo, n, bytes, alpha, beta, chunk)
-                                  : model_allgather_time(algo, n, bytes, alpha, beta);
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* where the live EWMAs start: the agreed model */
+static void model_live_start(flx_comm_h comm)
+{
+    model_live_t *lv = &comm->live;
+
+    lv->link = lv->link0 = (model_ab_t){comm->model.alpha_s, 1.0 / comm->model.beta_bytes_per_s};
+    for (int i = 0; i < MODEL_NAR; i++)
+        lv->ar[i] = lv->ar0[i] = comm->ar[i];
+    lv->nbw = lv->nlat = 0;
+    lv->started = 1;
+}
+
+static void model_bounds(model_ab_t start, double lo[2], double hi[2])
+{
+    lo[0] = start.alpha / MODEL_RANGE;
+    lo[1] = start.inv_bw / MODEL_RANGE;
+    hi[0] = start.alpha * MODEL_RANGE;
+    hi[1] = start.inv_bw * MODEL_RANGE;
+}
+
+void comm_set_model(flx_comm_h comm, flx_link_model_t link, const model_ab_t ar[MODEL_NAR])
+{
+    pthread_mutex_lock(&comm->lock); /* flx_comm_link_model and friends read from any thread */
+    comm->model = link;
+    for (int i = 0; i < MODEL_NAR; i++)
+        comm->ar[i] = ar ? ar[i] : (model_ab_t){link.alpha_s, 1.0 / link.beta_bytes_per_s};
+    pthread_mutex_unlock(&comm->lock);
+}
+
+/* every rank's EWMAs in, the largest of each out, on every rank */
+static flx_status_t model_agree_live(flx_comm_h comm)
+{
+    model_live_t *lv = &comm->live;
+    double vals[2 + 2 * MODEL_NAR];
+    model_ab_t ar[MODEL_NAR];
+    flx_link_model_t link;
+    flx_status_t st;
+
+    vals[0] = lv->link.alpha;
+    vals[1] = lv->link.inv_bw;
+    for (int i = 0; i < MODEL_NAR; i++) {
+        vals[2 + 2 * i] = lv->ar[i].alpha;
+        vals[3 + 2 * i] = lv->ar[i].inv_bw;
+    }
+    coll_begin(comm, COLL_CALIBRATE, FLX_ALGO_RD, FLX_FLOAT64, FLX_MAX, FLX_ARRAY_SIZE(vals),
+               "link model refresh");
+    st = coll_allreduce_rd(comm, vals, FLX_ARRAY_SIZE(vals), FLX_FLOAT64, FLX_MAX);
+    if (st != FLX_OK)
+        return st;
+    link.alpha_s = vals[0];
+    link.beta_bytes_per_s = 1.0 / vals[1];
+    for (int i = 0; i < MODEL_NAR; i++)
+        ar[i] = (model_ab_t){vals[2 + 2 * i], vals[3 + 2 * i]};
+    if (fabs(link.beta_bytes_per_s - comm->model.beta_bytes_per_s) > 0.2 * comm->model.beta_bytes_per_s ||
+        fabs(ar[0].inv_bw - comm->ar[0].inv_bw) > 0.2 * comm->ar[0].inv_bw)
+        flx_info(COLL, comm->rank, "link model refreshed from live timings: alpha %.1f us, beta "
+                 "%.3g GB/s (was %.3g); the ring's beta %.3g GB/s (was %.3g)", link.alpha_s * 1e6,
+                 link.beta_bytes_per_s / 1e9, comm->model.beta_bytes_per_s / 1e9,
+                 1.0 / ar[0].inv_bw / 1e9, 1.0 / comm->ar[0].inv_bw / 1e9);
+    comm_set_model(comm, link, ar);
+    /* go on from the agreed values, within the bounds of the start */
+    lv->link = (model_ab_t){link.alpha_s, 1.0 / link.beta_bytes_per_s};
+    for (int i = 0; i < MODEL_NAR; i++)
+        lv->ar[i] = ar[i];
+    lv->nbw = lv->nlat = 0;
+    lv->refreshes++;
+    return FLX_OK;
+}
+
+/* this rank's 1/beta of one algorithm was multiplied by f: so are the
+ * others' (the link is shared), within their bounds */
+static void model_couple(model_live_t *lv, const model_ab_t *moved, double f)
+{
+    double lo[2], hi[2];
+
+    for (int i = 0; i < MODEL_NAR; i++)
+        if (&lv->ar[i] != moved) {
+            model_bounds(lv->ar0[i], lo, hi);
+            lv->ar[i].inv_bw = model_clamp(lv->ar[i].inv_bw * f, lo[1], hi[1]);
+        }
+    if (&lv->link != moved) {
+        model_bounds(lv->link0, lo, hi);
+        lv->link.inv_bw = model_clamp(lv->link.inv_bw * f, lo[1], hi[1]);
+    }
 }
 
 flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double bytes, double t)
 {
     model_live_t *lv = &comm->live;
-    double chunk = (double)comm->cfg.chunk_size, c0, a, b, lo[2], hi[2], vals[2];
-    flx_status_t st;
-    int which;
+    double chunk = (double)comm->cfg.chunk_size, c0, a, b, lo[2], hi[2], before;
+    model_ab_t agreed, *mine, start;
+    int which, ai = (int)algo - FLX_ALGO_RING;
 
     if (comm->cfg.model_refresh <= 0 || comm->size < 2 || !(bytes > 0))
         return FLX_OK;
-    if (lv->alpha <= 0) { /* the first observation: start from the agreed model */
-        lv->alpha0 = lv->alpha = comm->model.alpha_s;
-        lv->inv_bw0 = lv->inv_bw = 1.0 / comm->model.beta_bytes_per_s;
+    if (!lv->started)
+        model_live_start(comm);
+    if (kind == COLL_ALLREDUCE && ai >= 0 && ai < MODEL_NAR) {
+        model_allreduce_terms(algo, comm->size, bytes, chunk, &c0, &a, &b);
+        agreed = comm->ar[ai];
+        mine = &lv->ar[ai];
+        start = lv->ar0[ai];
+    } else {
+        c0 = model_allgather_time(algo, comm->size, bytes, 0.0, INFINITY);
+        a = model_allgather_time(algo, comm->size, bytes, 1.0, INFINITY) - c0;
+        b = model_allgather_time(algo, comm->size, bytes, 0.0, 1.0) - c0;
+        agreed = (model_ab_t){comm->model.alpha_s, 1.0 / comm->model.beta_bytes_per_s};
+        mine = &lv->link;
+        start = lv->link0;
     }
-    /* every formula is c0 + a alpha + b / beta (c0: local reductions and copies) */
-    c0 = model_time(kind, algo, comm->size, bytes, 0.0, INFINITY, chunk);
-    a = model_time(kind, algo, comm->size, bytes, 1.0, INFINITY, chunk) - c0;
-    b = model_time(kind, algo, comm->size, bytes, 0.0, 1.0, chunk) - c0;
-    lo[0] = lv->alpha0 / MODEL_RANGE;
-    lo[1] = lv->inv_bw0 / MODEL_RANGE;
-    hi[0] = lv->alpha0 * MODEL_RANGE;
-    hi[1] = lv->inv_bw0 * MODEL_RANGE;
+    model_bounds(start, lo, hi);
     /* the dominant term is judged by the agreed model, so that every rank
      * counts the same observations */
-    which = model_dominant(a, b, comm->model.alpha_s, 1.0 / comm->model.beta_bytes_per_s);
-    model_learn(&lv->alpha, &lv->inv_bw, t - c0, a, b, which, MODEL_LAMBDA, lo, hi);
+    which = model_dominant(a, b, agreed.alpha, agreed.inv_bw);
+    before = mine->inv_bw;
+    model_learn(&mine->alpha, &mine->inv_bw, t - c0, a, b, which, MODEL_LAMBDA, lo, hi);
+    model_couple(lv, mine, mine->inv_bw / before);
     if (which == 2)
         lv->nbw++;
     else
         lv->nlat++;
     if (lv->nbw < comm->cfg.model_refresh && lv->nlat < 64 * comm->cfg.model_refresh)
         return FLX_OK;
-    lv->nbw = lv->nlat = 0;
-    vals[0] = -lv->alpha; /* max of the negatives: the smallest */
-    vals[1] = -lv->inv_bw;
-    coll_begin(comm, COLL_CALIBRATE, FLX_ALGO_RD, FLX_FLOAT64, FLX_MAX, 2, "link model refresh");
-    st = coll_allreduce_rd(comm, vals, 2, FLX_FLOAT64, FLX_MAX);
-    if (st != FLX_OK)
-        return st;
-    if (fabs(-1.0 / vals[1] - comm->model.beta_bytes_per_s) > 0.2 * comm->model.beta_bytes_per_s ||
-        fabs(-vals[0] - comm->model.alpha_s) > 0.2 * comm->model.alpha_s)
-        flx_info(COLL, comm->rank, "link model refreshed from live timings: alpha %.1f us "
-                 "(was %.1f), beta %.3g GB/s (was %.3g)", -vals[0] * 1e6,
-                 comm->model.alpha_s * 1e6, -1.0 / vals[1] / 1e9,
-                 comm->model.beta_bytes_per_s / 1e9);
-    pthread_mutex_lock(&comm->lock); /* flx_comm_link_model reads it from any thread */
-    comm->model.alpha_s = -vals[0];
-    comm->model.beta_bytes_per_s = -1.0 / vals[1];
-    pthread_mutex_unlock(&comm->lock);
-    lv->alpha = comm->model.alpha_s;
-    lv->inv_bw = 1.0 / comm->model.beta_bytes_per_s;
-    lv->refreshes++;
-    return FLX_OK;
+    return model_agree_live(comm);
 }
 
-static int cmp_double(const void *a, const void *b)
+/* At creation (and flx_comm_calibrate): time every allreduce algorithm at
+ * 8 bytes (median of 5) and at MODEL_FIT_BYTES (best of 2), each run after
+ * a barrier and all interleaved so that a burst of load hits them alike;
+ * agree on the largest time any rank saw of each (the slowest rank's);
+ * solve each algorithm's formula for its own alpha and 1/beta
+ * (model_fit_ab).  A fit that fails (noise made a term negative)
+ * leaves that algorithm at the link's values. */
+#define MODEL_FIT_BYTES (256.0 * 1024.0)
+static flx_status_t model_fit_allreduce(flx_comm_h comm, model_ab_t ar[MODEL_NAR])
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
+    enum { SMALL_REPS = 5, LARGE_REPS = 2 };
+    const size_t nlarge = (size_t)MODEL_FIT_BYTES / sizeof(float);
+    double times[2 * MODEL_NAR], small[MODEL_NAR][SMALL_REPS];
+    double chunk = (double)comm->cfg.chunk_size;
+    float *buf = calloc(nlarge, sizeof(float));
+    flx_status_t st = FLX_OK;
+
+    if (buf == NULL)
+        return FLX_ERR_NO_MEMORY;
+    for (int i = 0; i < MODEL_NAR; i++)
+        times[2 * i + 1] = 1e300;
+    for (int rep = 0; rep < SMALL_REPS + LARGE_REPS && st == FLX_OK; rep++) {
+        for (int i = 0; i < MODEL_NAR && st == FLX_OK; i++) {
+            flx_algo_t algo = (flx_algo_t)(FLX_ALGO_RING + i);
+            size_t count = rep < SMALL_REPS ? 2 : nlarge;
+            double t0;
+
+            coll_begin(comm, COLL_BARRIER, FLX_ALGO_RD, FLX_INT32, 0, 0, "model fit");
+            st = coll_barrier_dissemination(comm);
+            if (st != FLX_OK)
+                break;
+            coll_begin(comm, COLL_ALLREDUCE, algo, FLX_FLOAT32, FLX_SUM, count, "model fit");
+            t0 = flx_time_now();
+            st = algo == FLX_ALGO_RING   ? coll_allreduce_ring(comm, buf, count, FLX_FLOAT32, FLX_SUM)
+                 : algo == FLX_ALGO_TREE ? coll_allreduce_tree(comm, buf, count, FLX_FLOAT32, FLX_SUM)
+                                         : coll_allreduce_rd(comm, buf, count, FLX_FLOAT32, FLX_SUM);
+            if (rep < SMALL_REPS)
+                small[i][rep] = flx_time_now() - t0;
+            else
+                times[2 * i + 1] = FLX_MIN(times[2 * i + 1], flx_time_now() - t0);
+        }
+    }
+    free(buf);
+    if (st != FLX_OK)
+        return st;
+    for (int i = 0; i < MODEL_NAR; i++) {
+        qsort(small[i], SMALL_REPS, sizeof(double), cmp_double);
+        times[2 * i] = small[i][SMALL_REPS / 2];
+    }
+    coll_begin(comm, COLL_CALIBRATE, FLX_ALGO_RD, FLX_FLOAT64, FLX_MAX, FLX_ARRAY_SIZE(times),
+               "model fit");
+    st = coll_allreduce_rd(comm, times, FLX_ARRAY_SIZE(times), FLX_FLOAT64, FLX_MAX);
+    if (st != FLX_OK)
+        return st;
+    for (int i = 0; i < MODEL_NAR; i++) {
+        flx_algo_t algo = (flx_algo_t)(FLX_ALGO_RING + i);
+        double sm[4], lg[4];
+
+        model_allreduce_terms(algo, comm->size, 8.0, chunk, &sm[0], &sm[1], &sm[2]);
+        model_allreduce_terms(algo, comm->size, MODEL_FIT_BYTES, chunk, &lg[0], &lg[1], &lg[2]);
+        sm[3] = times[2 * i];
+        lg[3] = times[2 * i + 1];
+        if (model_fit_ab(sm, lg, &ar[i]) != 0)
+            flx_info(COLL, comm->rank, "model fit of the %s allreduce failed (8 B %.1f us, "
+                     "256 KiB %.1f us): it keeps the link's alpha and beta", flx_algo_name(algo),
+                     sm[3] * 1e6, lg[3] * 1e6);
+    }
+    return FLX_OK;
 }
 
 /* One ping-pong series with partner, steps *step_p on (advanced by
@@ -292,10 +478,10 @@ static flx_status_t model_agree_worst(flx_comm_h comm, double alpha, double beta
     return FLX_OK;
 }
 
-/* At creation: one series with the partner rank ^ 1, then every rank takes
- * the worst alpha and beta, so the model, and every choice made from it,
- * is the same on every rank. */
-flx_status_t model_calibrate(flx_comm_h comm, flx_link_model_t *model_p)
+/* One series with the partner rank ^ 1, then every rank takes the worst
+ * alpha and beta, so the model, and every choice made from it, is the
+ * same on every rank. */
+static flx_status_t model_calibrate(flx_comm_h comm, flx_link_model_t *model_p)
 {
     const int partner = comm->rank ^ 1;
     flx_link_model_t link = {0, 0};
@@ -313,6 +499,41 @@ flx_status_t model_calibrate(flx_comm_h comm, flx_link_model_t *model_p)
             return st;
     }
     return model_agree_worst(comm, link.alpha_s, link.beta_bytes_per_s, model_p);
+}
+
+/* install link, then fit each allreduce algorithm from it; the live
+ * refresh starts again from there */
+static flx_status_t model_install_fitted(flx_comm_h comm, flx_link_model_t link)
+{
+    model_ab_t ar[MODEL_NAR];
+    flx_status_t st;
+
+    comm_set_model(comm, link, NULL);
+    memcpy(ar, comm->ar, sizeof(ar));
+    st = model_fit_allreduce(comm, ar);
+    if (st == FLX_OK)
+        comm_set_model(comm, link, ar);
+    comm->live.started = 0;
+    return st;
+}
+
+flx_status_t model_setup(flx_comm_h comm)
+{
+    flx_link_model_t link = {comm->cfg.alpha_s > 0 ? comm->cfg.alpha_s : 20e-6,
+                             comm->cfg.beta > 0 ? comm->cfg.beta : 1e9};
+    flx_status_t st;
+
+    comm_set_model(comm, link, NULL);
+    if (comm->size < 2 || !comm->cfg.calibrate || (comm->cfg.alpha_s > 0 && comm->cfg.beta > 0))
+        return FLX_OK;
+    st = model_calibrate(comm, &link);
+    if (st != FLX_OK)
+        return st;
+    if (comm->cfg.alpha_s > 0)
+        link.alpha_s = comm->cfg.alpha_s;
+    if (comm->cfg.beta > 0)
+        link.beta_bytes_per_s = comm->cfg.beta;
+    return model_install_fitted(comm, link);
 }
 
 flx_status_t flx_comm_calibrate(flx_comm_h comm, flx_link_model_t *per_peer)
@@ -358,12 +579,25 @@ flx_status_t flx_comm_calibrate(flx_comm_h comm, flx_link_model_t *per_peer)
     if (st == FLX_OK)
         st = model_agree_worst(comm, worst.alpha_s, worst.beta_bytes_per_s, &agreed);
     if (st == FLX_OK) {
-        pthread_mutex_lock(&comm->lock);
-        comm->model = agreed;
-        pthread_mutex_unlock(&comm->lock);
-        memset(&comm->live, 0, sizeof(comm->live));
+        st = model_install_fitted(comm, agreed);
         flx_info(COLL, comm->rank, "calibrated every link: worst alpha %.1f us, beta %.3g GB/s",
                  agreed.alpha_s * 1e6, agreed.beta_bytes_per_s / 1e9);
     }
     return comm_leave(comm, st);
+}
+
+double flx_allreduce_predict(flx_comm_h comm, size_t count, flx_dtype_t dtype, flx_algo_t algo)
+{
+    double bytes, t;
+
+    if (comm == NULL || !flx_dtype_valid(dtype) || (unsigned)algo >= FLX_ALGO_COUNT)
+        return -1;
+    bytes = (double)count * (double)flx_dtype_size(dtype);
+    pthread_mutex_lock(&comm->lock); /* the live refresh writes the model under exec */
+    if (algo == FLX_ALGO_AUTO)
+        algo = comm_pick_allreduce(comm, count, dtype, FLX_ALGO_AUTO);
+    t = model_allreduce_time_ab(algo, comm->size, bytes, comm->ar[algo - FLX_ALGO_RING],
+                                (double)comm->cfg.chunk_size);
+    pthread_mutex_unlock(&comm->lock);
+    return t;
 }

@@ -194,6 +194,12 @@ FLX_API flx_status_t flx_comm_calibrate(flx_comm_h comm, flx_link_model_t *per_p
  * elements of dtype (honours FLX_ALGO).  Same answer on every rank. */
 FLX_API flx_algo_t flx_allreduce_algo(flx_comm_h comm, size_t count,
                                       flx_dtype_t dtype);
+/* The model's time in seconds for an allreduce of count elements of dtype
+ * with algo (FLX_ALGO_AUTO: the one it would pick): the allreduce formula
+ * with that algorithm's own alpha and beta, fitted when the communicator
+ * was created and refreshed from live timings.  -1 for bad arguments. */
+FLX_API double flx_allreduce_predict(flx_comm_h comm, size_t count, flx_dtype_t dtype,
+                                     flx_algo_t algo);
 
 /* ---------------------------------------------------------------------- */
 /* Blocking collectives.  All ranks call them in the same order with the   */

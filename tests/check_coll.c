@@ -356,7 +356,7 @@ static int body_model_refresh(flx_comm_h comm, int rank, int size, void *arg)
     const int off = arg != NULL;
     const size_t count = 256 * 1024; /* 1 MiB of float32 */
     float *buf = malloc(count * sizeof(float)), *all = malloc(count * sizeof(float) * (size_t)size);
-    double betas[8 * 2], mine[2];
+    double betas[8 * 5], mine[5];
     flx_link_model_t m0, m1;
     flx_status_t st;
 
@@ -401,14 +401,18 @@ static int body_model_refresh(flx_comm_h comm, int rank, int size, void *arg)
     } else if (!(m1.beta_bytes_per_s < 1e11 && m1.beta_bytes_per_s > 1e6)) {
         return mp_fail(rank, "beta %g B/s after 8 MiB-scale transfers on loopback", m1.beta_bytes_per_s);
     }
+    /* the link's model and every algorithm's prediction: the same everywhere */
     mine[0] = m1.alpha_s;
     mine[1] = m1.beta_bytes_per_s;
-    if (size <= 8 && (st = flx_allgather(comm, mine, betas, 2, FLX_FLOAT64, FLX_ALGO_AUTO)) != FLX_OK)
+    for (int a = 0; a < 3; a++)
+        mine[2 + a] = flx_allreduce_predict(comm, count, FLX_FLOAT32, (flx_algo_t)(FLX_ALGO_RING + a));
+    if (size <= 8 && (st = flx_allgather(comm, mine, betas, 5, FLX_FLOAT64, FLX_ALGO_AUTO)) != FLX_OK)
         return mp_fail(rank, "allgather of the models: %s", flx_status_string(st));
     for (int r = 0; r < size && size <= 8; r++)
-        if (betas[2 * r] != mine[0] || betas[2 * r + 1] != mine[1])
-            return mp_fail(rank, "rank %d holds alpha %g beta %g, I hold %g %g", r, betas[2 * r],
-                           betas[2 * r + 1], mine[0], mine[1]);
+        for (int k = 0; k < 5; k++)
+            if (betas[5 * r + k] != mine[k])
+                return mp_fail(rank, "rank %d holds model value %d = %g, I hold %g", r, k,
+                               betas[5 * r + k], mine[k]);
     free(buf);
     free(all);
     return 0;

@@ -517,6 +517,46 @@ START_TEST(test_model_n1_zero)
 }
 END_TEST
 
+/* each algorithm's own constants: the fit recovers them from two exact
+ * timings, rejects what has no positive solution, and the pick uses them */
+START_TEST(test_model_fit_per_algorithm)
+{
+    model_ab_t truth = {3.5e-5, 1.0 / 4e8}, got = {0, 0}, ar[MODEL_NAR];
+
+    for (size_t a = 0; a < 3; a++) {
+        for (int n = 2; n <= 9; n++) {
+            double sm[4], lg[4];
+
+            model_allreduce_terms(ALLREDUCE_ALGOS[a], n, 8, CHUNK, &sm[0], &sm[1], &sm[2]);
+            model_allreduce_terms(ALLREDUCE_ALGOS[a], n, 262144, CHUNK, &lg[0], &lg[1], &lg[2]);
+            sm[3] = model_allreduce_time_ab(ALLREDUCE_ALGOS[a], n, 8, truth, CHUNK);
+            lg[3] = model_allreduce_time_ab(ALLREDUCE_ALGOS[a], n, 262144, truth, CHUNK);
+            /* the terms are the formula: the same time as the alpha-beta call */
+            ck_assert_time_eq(sm[3], model_allreduce_time(ALLREDUCE_ALGOS[a], n, 8, truth.alpha,
+                                                          1.0 / truth.inv_bw, CHUNK));
+            ck_assert_int_eq(model_fit_ab(sm, lg, &got), 0);
+            ck_assert_double_eq_tol(got.alpha, truth.alpha, 1e-12);
+            ck_assert_double_eq_tol(got.inv_bw, truth.inv_bw, 1e-16);
+            /* a large run faster than the latency allows: no positive 1/beta */
+            lg[3] = sm[3];
+            got = (model_ab_t){-1, -1};
+            ck_assert_int_eq(model_fit_ab(sm, lg, &got), -1);
+            ck_assert(got.alpha == -1 && got.inv_bw == -1);
+        }
+    }
+    /* the same constants everywhere: the pick is the old one */
+    for (int i = 0; i < MODEL_NAR; i++)
+        ar[i] = (model_ab_t){ALPHA, 1.0 / BETA};
+    for (double s = 1; s <= 1e9; s *= 5.3)
+        ck_assert_int_eq(model_pick_allreduce_ab(4, s, ar, CHUNK),
+                         model_pick_allreduce(4, s, ALPHA, BETA, CHUNK));
+    /* a tree ten times cheaper per message than the others wins the small sizes */
+    ar[FLX_ALGO_TREE - FLX_ALGO_RING].alpha = ALPHA / 10;
+    ck_assert_int_eq(model_pick_allreduce_ab(4, 8, ar, CHUNK), FLX_ALGO_TREE);
+    ck_assert_int_eq(model_pick_allreduce_ab(4, 64.0 * (1 << 20), ar, CHUNK), FLX_ALGO_RING);
+}
+END_TEST
+
 START_TEST(test_model_pick_allreduce)
 {
     /* 8 bytes on 8 ranks: latency dominates, ring's 14 alpha loses to rd's 3 */
@@ -658,6 +698,7 @@ static Suite *topo_suite(void)
     tcase_add_test(tm, test_model_tree_rd_formula);
     tcase_add_test(tm, test_model_n1_zero);
     tcase_add_test(tm, test_model_pick_allreduce);
+    tcase_add_test(tm, test_model_fit_per_algorithm);
     tcase_add_test(tm, test_model_monotonic);
     tcase_add_test(tm, test_model_allgather);
     tcase_add_test(tm, test_model_bcast);

@@ -110,6 +110,23 @@ static int calibrate(void)
                "timings every FLX_MODEL_REFRESH collectives)\n", model.alpha_s * 1e6,
                model.beta_bytes_per_s * 1e-9);
     }
+    {
+        /* each allreduce algorithm's fitted model, and what auto picks */
+        static const size_t sizes[] = {8, 4096, 65536, 1 << 20, 16 << 20};
+        double pred[(sizeof(sizes) / sizeof(sizes[0]))][4];
+
+        for (size_t k = 0; k < (sizeof(sizes) / sizeof(sizes[0])); k++)
+            for (int a = 0; a < 4; a++)
+                pred[k][a] = flx_allreduce_predict(comm, sizes[k] / 4, FLX_FLOAT32, (flx_algo_t)a);
+        if (rank == 0) {
+            printf("# allreduce, predicted us (each algorithm's own fitted alpha and beta)\n");
+            printf("%10s %10s %10s %10s %6s\n", "bytes", "ring", "tree", "rd", "auto");
+            for (size_t k = 0; k < (sizeof(sizes) / sizeof(sizes[0])); k++)
+                printf("%10zu %10.1f %10.1f %10.1f %6s\n", sizes[k], pred[k][1] * 1e6,
+                       pred[k][2] * 1e6, pred[k][3] * 1e6,
+                       flx_algo_name(flx_allreduce_algo(comm, sizes[k] / 4, FLX_FLOAT32)));
+        }
+    }
     rc = 0;
 out:
     free(mine);

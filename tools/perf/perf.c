@@ -614,11 +614,15 @@ static const char *perf_algo_label(const perf_engine_t *eng, const perf_case_t *
  * collective has no such algorithm. */
 static double perf_model_time(const perf_engine_t *eng, const perf_case_t *c, flx_algo_t algo)
 {
-    const double a = eng->link.alpha_s, b = eng->link.beta_bytes_per_s;
-    double t = 0;
+    flx_link_model_t link = eng->link;
+    double a, b, t = 0;
 
+    /* the model now: the live refresh may have moved it since the last row */
+    flx_comm_link_model(eng->comm, &link);
+    a = link.alpha_s;
+    b = link.beta_bytes_per_s;
     if (eng->coll->flags & PERF_COLL_ALLREDUCE)
-        t = model_allreduce_time(algo, eng->nranks, (double)c->recv_bytes, a, b, eng->chunk);
+        t = flx_allreduce_predict(eng->comm, c->count, c->dtype, algo);
     else if (strcmp(eng->coll->coll_name, "allgather") == 0)
         t = model_allgather_time(algo, eng->nranks, (double)c->send_bytes, a, b);
     else if (strcmp(eng->coll->coll_name, "broadcast") == 0 && algo != FLX_ALGO_RD)
