@@ -398,9 +398,9 @@ static int ctl_decide(flx_ctl_h h, ctl_cand_t *cand, int *ncand_p, double *pred_
 {
     int nf = h->o.nfractions, n = 0, best, chosen;
     const double *gains = h->agree;
-    /* flex, critical: gain counts twice as much (Accordion's "compress
-     * less", as a shift of the trade rather than a fixed fraction) */
-    double weight = h->critical ? h->o.weight / 2 : h->o.weight;
+    /* flex, critical: Accordion's "compress less", as a floor (low_kept)
+     * under the kept fraction rather than a fixed one; the weight stays */
+    double min_kept = h->critical ? h->o.low_kept : 0.0;
 
     ctl_candidate(h, &cand[n++], CTL_DENSE_RING, 1.0, 1.0);
     ctl_candidate(h, &cand[n++], CTL_DENSE_TREE, 1.0, 1.0);
@@ -429,7 +429,7 @@ static int ctl_decide(flx_ctl_h h, ctl_cand_t *cand, int *ncand_p, double *pred_
             ctl_candidate(h, &cand[n++], CTL_ARTOPK, h->o.fractions[f], gains[f]);
             ctl_candidate(h, &cand[n++], CTL_TOPK_AG, h->o.fractions[f], gains[f]);
         }
-        best = ctl_choose(cand, n, weight, 0.0, h->o.min_gain);
+        best = ctl_choose(cand, n, h->o.weight, min_kept, h->o.min_gain);
         if (h->have_last) { /* the same candidate as last step, if it is still here */
             int cur = -1;
             for (int i = 0; i < n && cur < 0; i++)

@@ -453,7 +453,7 @@ typedef struct flx_ctl *flx_ctl_h;
  *       bandwidth refreshed from live timings, measured selection cost)
  *       and the energy kept, delta = gain^2, take the best
  *       weight ln(T_min/T) + (1-weight) ln(delta) (0.5: delta per second);
- *       in the critical regime the weight of time is halved.
+ *       in the critical regime no kept fraction below low_kept.
  * ACCORDION: AR-Topk at critical_kept in the critical regime, low_kept
  *       otherwise.
  * GRAVAC: AR-Topk at the fraction with the largest gain / time among those
@@ -485,7 +485,8 @@ typedef struct {
     double eta;               /* critical if the change is >= eta, default 0.5 */
     int interval;             /* steps per critical-regime test, default 50 */
     double critical_kept;     /* ACCORDION when critical, default 0.1       */
-    double low_kept;          /* ACCORDION outside the critical regime, default 0.01 */
+    double low_kept;          /* ACCORDION outside the critical regime; FLEX:
+                                 the smallest while critical; default 0.01 */
     double min_gain;          /* smallest gain allowed: FLEX 0, GRAVAC 0.7  */
     int nsegments;            /* layers: lengths summing to n, default one  */
     size_t segments[FLX_CTL_MAX_SEGMENTS];
