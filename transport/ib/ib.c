@@ -243,7 +243,11 @@ static flx_status_t post_msg(tl_ctx_t *ctx, ib_conn_t *c, ib_hdr_t *h, const voi
     char *slot = ctx->send_pool +
                  ((size_t)c->peer * IB_SEND_SLOTS + (size_t)(n % IB_SEND_SLOTS)) * ctx->slot_size;
     size_t total = sizeof(*h) + len;
-    int signal = force_signal || n % 16 == 15 || c->s_head - c->s_tail >= IB_SEND_SLOTS - 4;
+    /* signaled now and then, and whenever no signaled message could follow
+     * (no slot or credit left): ib_destroy can always learn that every send
+     * completed */
+    int signal = force_signal || n % 16 == 15 || c->s_head - c->s_tail >= IB_SEND_SLOTS - 4 ||
+                 c->credits <= 1;
     struct ibv_sge sge = {.addr = (uintptr_t)slot, .length = (uint32_t)total,
                           .lkey = ctx->send_mr->lkey};
     struct ibv_send_wr wr, *bad;
@@ -634,13 +638,20 @@ static void handle_wc(tl_ctx_t *ctx, const struct ibv_wc *wc)
 {
     int kind = WR_KIND(wc->wr_id);
 
+    /* failed: the requests of writes and receives were failed and may be
+     * gone; only our sends' completions still count (ib_destroy drains) */
+    if (ctx->err != FLX_OK && kind != WR_SEND)
+        return;
     if (wc->status != IBV_WC_SUCCESS) {
         int peer = kind == WR_WRITE ? ((tl_req_t *)(uintptr_t)(wc->wr_id & WR_PTR_MASK))->peer
                                     : WR_PEER(wc->wr_id);
-        ctx->conns[peer].errored = 1;
-        /* a peer that said goodbye disconnects: our receives get flushed */
-        if (ctx->conns[peer].bye && wc->status == IBV_WC_WR_FLUSH_ERR &&
-            ctx->conns[peer].posted_head == NULL)
+        ib_conn_t *c = &ctx->conns[peer];
+        /* a peer that said goodbye or reported its failure tears its QPs
+         * down: that matters only to requests still waiting for it */
+        int leaving = c->bye || c->errored;
+
+        c->errored = 1;
+        if (leaving && !c->posted_head && !c->sendq_head && !c->rdv_head)
             return;
         if (ctx->err == FLX_OK)
             flx_error(NET, ctx->rank, "QP to rank %d failed: %s (vendor error 0x%x)", peer,
@@ -794,13 +805,13 @@ static void boot_sock_event(tl_ctx_t *ctx, int peer)
     }
 }
 
-static flx_status_t ib_progress(tl_ctx_t *ctx, double timeout_s)
+/* Wait up to timeout_s for completions or bootstrap socket events and
+ * handle them; also on a failed context (ib_destroy drains with it). */
+static void progress_wait(tl_ctx_t *ctx, double timeout_s)
 {
     double spin_end;
     int nfds = 0, rc;
 
-    if (ctx->err != FLX_OK)
-        return ctx->err;
     /* busy-poll like perftest does, giving the core away now and then in
      * case ranks outnumber cores */
     spin_end = flx_time_now() + FLX_MIN(ctx->cfg.ib_spin_s, timeout_s);
@@ -809,7 +820,7 @@ static flx_status_t ib_progress(tl_ctx_t *ctx, double timeout_s)
             for (int p = 0; p < ctx->size; p++)
                 if (p != ctx->rank)
                     conn_flush(ctx, &ctx->conns[p]);
-            return ctx->err;
+            return;
         }
         if (it % 64 == 0) {
             if (flx_time_now() >= spin_end)
@@ -820,13 +831,13 @@ static flx_status_t ib_progress(tl_ctx_t *ctx, double timeout_s)
     /* sleep on the completion channel and the bootstrap sockets */
     if (ibv_req_notify_cq(ctx->cq, 0) != 0) {
         ib_fail(ctx, FLX_ERR_SYSTEM, "req_notify_cq");
-        return ctx->err;
+        return;
     }
     if (poll_cq(ctx) > 0) {
         for (int p = 0; p < ctx->size; p++)
             if (p != ctx->rank)
                 conn_flush(ctx, &ctx->conns[p]);
-        return ctx->err;
+        return;
     }
     ctx->pfds[nfds].fd = ctx->comp_ch->fd;
     ctx->pfds[nfds++].events = POLLIN;
@@ -839,7 +850,7 @@ static flx_status_t ib_progress(tl_ctx_t *ctx, double timeout_s)
     rc = poll(ctx->pfds, (nfds_t)nfds, timeout_s <= 0 ? 0 : timeout_s > 1 ? 1000
                                                      : (int)(timeout_s * 1000) + 1);
     if (rc <= 0)
-        return ctx->err;
+        return;
     if (ctx->pfds[0].revents) {
         struct ibv_cq *cq;
         void *cq_ctx;
@@ -857,6 +868,12 @@ static flx_status_t ib_progress(tl_ctx_t *ctx, double timeout_s)
     for (int p = 0; p < ctx->size; p++)
         if (p != ctx->rank)
             conn_flush(ctx, &ctx->conns[p]);
+}
+
+static flx_status_t ib_progress(tl_ctx_t *ctx, double timeout_s)
+{
+    if (ctx->err == FLX_OK)
+        progress_wait(ctx, timeout_s);
     return ctx->err;
 }
 
@@ -955,18 +972,44 @@ err_destroy_ctx:
     return st;
 }
 
-/* Tell every peer we are done, wait until our last sends completed and
- * every peer said the same, then release: QPs, MRs, CQ, PD, channels. */
+/* Must the QPs to c stay until more completes?  Healthy: until the
+ * goodbyes went both ways.  Failed: until every send posted to c has
+ * completed.  c may still be finishing a collective that this rank
+ * completed, and a destroyed QP drops what it has not delivered; the
+ * failure report and the hang-up of the bootstrap socket would overtake
+ * those messages and fail that collective on c. */
+static int destroy_waits_for(const tl_ctx_t *ctx, const ib_conn_t *c)
+{
+    if (!c->connected || c->errored || c->eof)
+        return 0;
+    if (ctx->err != FLX_OK)
+        return c->s_tail != c->s_head;
+    return !c->bye || (c->bye_posted && !c->bye_sent_done);
+}
+
+/* Tell every peer we are done (or, failed, fence what we sent), wait until
+ * our last sends completed and every peer said the same, then release:
+ * QPs, MRs, CQ, PD, channels. */
 static void ib_destroy(tl_ctx_t *ctx)
 {
     double deadline = flx_time_now() + ctx->cfg.timeout_s;
     int waiting = 1;
 
-    for (int p = 0; ctx->err == FLX_OK && ctx->conns && p < ctx->size; p++) {
+    for (int p = 0; ctx->conns && p < ctx->size; p++) {
         ib_conn_t *c = &ctx->conns[p];
         ib_hdr_t h;
         if (p == ctx->rank || !c->connected)
             continue;
+        if (ctx->err != FLX_OK) {
+            /* no goodbye: a signaled CREDIT behind the unsignaled sends
+             * tells when they all completed (when none can go, the last
+             * send was signaled itself: post_msg) */
+            hdr_from_tag(&h, IB_MSG_CREDIT, NULL, 0);
+            if (c->s_tail != c->s_head && can_send(ctx, c, 1) &&
+                post_msg(ctx, c, &h, NULL, 0, 1) != FLX_OK)
+                c->errored = 1;
+            continue;
+        }
         while (!can_send(ctx, c, 1) && flx_time_now() < deadline && ctx->err == FLX_OK)
             ib_progress(ctx, 0.01);
         if (!can_send(ctx, c, 1))
@@ -976,16 +1019,13 @@ static void ib_destroy(tl_ctx_t *ctx)
         if (post_msg(ctx, c, &h, NULL, 0, 1) == FLX_OK)
             c->bye_posted = 1;
     }
-    while (waiting && ctx->err == FLX_OK && flx_time_now() < deadline) {
+    while (waiting && ctx->conns && flx_time_now() < deadline) {
         waiting = 0;
-        for (int p = 0; p < ctx->size; p++) {
-            ib_conn_t *c = &ctx->conns[p];
-            if (p != ctx->rank && c->connected && !c->errored &&
-                (!c->bye || (c->bye_posted && !c->bye_sent_done)))
+        for (int p = 0; p < ctx->size; p++)
+            if (p != ctx->rank && destroy_waits_for(ctx, &ctx->conns[p]))
                 waiting = 1;
-        }
         if (waiting)
-            ib_progress(ctx, 0.05);
+            progress_wait(ctx, 0.05);
     }
     ib_conn_teardown(ctx);
     while (ctx->mr_dead) { /* the failed requests' registrations, QPs gone now */
