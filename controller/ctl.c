@@ -36,6 +36,7 @@
 
 #define CTL_SAMPLE 16384      /* positions sampled for the statistics     */
 #define CTL_LAMBDA 0.3        /* weight of the newest timing in the EWMAs */
+#define CTL_AGREE_FIXED 4     /* agreed: compute, comm, select, per-rank gain */
 #define CTL_MARGIN 0.05       /* a new choice must score this much better */
 #define CTL_PROBE_AGE 100     /* a collective unseen this long is stale   */
 #define CTL_PROBE_WINDOW 0.5  /* ... and is tried once if this close      */
@@ -61,6 +62,9 @@ struct flx_ctl {
     int have_last;              /* the last step's choice, for the model    */
     int last_probe;             /* ... was a probe of a stale collective    */
     double gain_ratio[CTL_COLL_COUNT]; /* EWMA of combined / predicted gain */
+    double rank_ratio[CTL_COLL_COUNT]; /* EWMA of per-rank / predicted gain  */
+    double last_hist_gain;      /* the histogram's gain of the last choice  */
+    double last_rank_gain;      /* ... and what this rank's sync kept       */
     float *xs;                  /* every 4th sample position: mean of g + e */
     size_t nxs;
     ctl_cand_t last;
@@ -247,12 +251,12 @@ flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opts_t *opt
         h->select_s[c] = c == CTL_DENSE_RING || c == CTL_DENSE_TREE ? 0.0 : -1.0;
     h->compute_s = -1;
     for (int c = 0; c < CTL_COLL_COUNT; c++)
-        h->gain_ratio[c] = 1.0;
+        h->gain_ratio[c] = h->rank_ratio[c] = 1.0;
     h->critical = 1; /* the first interval is critical (Accordion) */
     st = ctl_sample_init(h);
     if (st != FLX_OK)
         goto fail;
-    h->nagree = (size_t)h->o.nfractions + 3 + (size_t)h->o.nsegments;
+    h->nagree = (size_t)h->o.nfractions + CTL_AGREE_FIXED + (size_t)h->o.nsegments;
     h->agree = malloc(h->nagree * sizeof(double));
     if (h->agree == NULL) {
         st = FLX_ERR_NO_MEMORY;
@@ -334,12 +338,12 @@ static void ctl_local_stats(flx_ctl_h h, const float *grad, int interval_end)
     for (int f = 0; f < nf; f++)
         h->agree[f] = ctl_hist_gain(&h->hist, h->o.fractions[f]);
     for (int s = 0; s < h->o.nsegments; s++)
-        h->agree[nf + 3 + s] = 0;
+        h->agree[nf + CTL_AGREE_FIXED + s] = 0;
     if (interval_end) {
         for (size_t k = 0; k < h->nsample; k++)
-            h->agree[nf + 3 + h->sample_seg[k]] += (double)h->accum[k] * h->accum[k];
+            h->agree[nf + CTL_AGREE_FIXED + h->sample_seg[k]] += (double)h->accum[k] * h->accum[k];
         for (int s = 0; s < h->o.nsegments; s++)
-            h->agree[nf + 3 + s] = sqrt(h->agree[nf + 3 + s]);
+            h->agree[nf + CTL_AGREE_FIXED + s] = sqrt(h->agree[nf + CTL_AGREE_FIXED + s]);
         memset(h->accum, 0, h->nsample * sizeof(float));
     }
 }
@@ -387,9 +391,25 @@ static void ctl_candidate(flx_ctl_h h, ctl_cand_t *c, ctl_coll_t coll, double ke
     ctl_coll_terms(coll, h->N, (double)h->n, kept, &a, &b);
     c->coll = coll;
     c->kept = kept;
-    c->gain = FLX_MIN(1.0, gain * h->gain_ratio[coll]);
+    /* sqrt(delta) of the step: what it delivers of the mean (combined) times
+     * what each rank's residual gives up (per rank); 1 for dense */
+    c->gain = FLX_MIN(1.0, gain * h->gain_ratio[coll]) * FLX_MIN(1.0, gain * h->rank_ratio[coll]);
     c->time_s = FLX_MAX(0.0, h->compute_s) + (sel > 0 ? sel : 0) + a * h->alpha + b * h->inv_bw[coll];
     c->score = 0;
+}
+
+/* the agreed histogram's gain at the fraction nearest a candidate's kept
+ * fraction (1: dense) */
+static double ctl_hist_gain_of(flx_ctl_h h, const ctl_cand_t *c)
+{
+    int best = 0;
+
+    if (c->coll != CTL_ARTOPK && c->coll != CTL_TOPK_AG)
+        return 1.0;
+    for (int f = 1; f < h->o.nfractions; f++)
+        if (fabs(log(h->o.fractions[f] / c->kept)) < fabs(log(h->o.fractions[best] / c->kept)))
+            best = f;
+    return h->agree[best];
 }
 
 /* steps 4 and 5: the candidates and the choice; returns the winner */
@@ -539,7 +559,7 @@ static void ctl_combined_after(flx_ctl_h h, const ctl_cand_t *c, const float *gr
         return;
     g = FLX_MIN(1.0, sqrt(ss / xx));
     *combined_p = g;
-    raw = c->gain / h->gain_ratio[c->coll]; /* the histogram's prediction */
+    raw = h->last_hist_gain; /* the histogram's prediction */
     if (raw > 0)
         h->gain_ratio[c->coll] = FLX_MIN(4.0, (1 - CTL_LAMBDA) * h->gain_ratio[c->coll] +
                                                   CTL_LAMBDA * g / raw);
@@ -566,6 +586,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     h->agree[nf] = compute_s;
     h->agree[nf + 1] = h->have_last ? h->last.time_s : 0; /* last sync's comm time */
     h->agree[nf + 2] = h->have_last ? h->last.score : 0;  /* ... and its selection */
+    h->agree[nf + 3] = h->have_last ? h->last_rank_gain : 0; /* ... and this rank's gain */
     if (h->N > 1) {
         t_agree = flx_time_now();
         st = flx_allreduce(h->comm, h->agree, h->agree, h->nagree, FLX_FLOAT64, FLX_AVG,
@@ -575,12 +596,16 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
             return st;
     }
     ctl_learn(h, h->agree[nf], h->agree[nf + 1], h->agree[nf + 2]);
+    if (h->have_last && (h->last.coll == CTL_ARTOPK || h->last.coll == CTL_TOPK_AG) &&
+        h->last_hist_gain > 0) /* the mean over ranks of what each one's top-k kept */
+        h->rank_ratio[h->last.coll] = FLX_MIN(4.0, (1 - CTL_LAMBDA) * h->rank_ratio[h->last.coll] +
+                                                      CTL_LAMBDA * h->agree[nf + 3] / h->last_hist_gain);
     if (interval_end) {
         double cur[FLX_CTL_MAX_SEGMENTS];
         int crit = 1;
 
         for (int s = 0; s < h->o.nsegments; s++)
-            cur[s] = h->agree[nf + 3 + s];
+            cur[s] = h->agree[nf + CTL_AGREE_FIXED + s];
         if (h->have_prev)
             crit = ctl_critical(h->prev_norm, cur, h->o.segments, h->o.nsegments, h->o.eta,
                                 &h->change);
@@ -609,6 +634,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
         if (st != FLX_OK)
             return st;
     }
+    h->last_hist_gain = ctl_hist_gain_of(h, &cand[best]);
     st = ctl_run(h, &cand[best], grad, &r);
     if (st != FLX_OK)
         return st;
@@ -620,6 +646,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     h->last = cand[best];
     h->last.time_s = r.sync.comm_s;
     h->last.score = r.sync.select_s + r.sync.decompress_s;
+    h->last_rank_gain = r.sync.gain;
     h->have_last = 1;
     h->last_probe = probe;
     h->step++;
