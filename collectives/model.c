@@ -12,7 +12,7 @@
  *
  * Each allreduce algorithm has its own alpha and 1/beta in these formulas
  * (the formulas' shapes stay; the constants are the algorithm's own): at
- * creation they are fitted to two timed runs of it, 8 B and 256 KiB
+ * creation they are fitted to two timed runs of it, 8 B and 1 MiB
  * (model_fit_allreduce).
  *
  * Live refresh: every allreduce and allgather that ran is an observation of
@@ -324,16 +324,17 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
 }
 
 /* At creation (and flx_comm_calibrate): time every allreduce algorithm at
- * 8 bytes (median of 5) and at MODEL_FIT_BYTES (best of 2), each run after
+ * 8 bytes (median of 5) and at MODEL_FIT_BYTES (best of 3), each run after
  * a barrier and all interleaved so that a burst of load hits them alike;
  * agree on the largest time any rank saw of each (the slowest rank's);
  * solve each algorithm's formula for its own alpha and 1/beta
  * (model_fit_ab).  A fit that fails (noise made a term negative)
  * leaves that algorithm at the link's values. */
-#define MODEL_FIT_BYTES (256.0 * 1024.0)
+#define MODEL_FIT_BYTES (1024.0 * 1024.0) /* large enough that a stall of a few
+                                             hundred us does not decide the fit */
 static flx_status_t model_fit_allreduce(flx_comm_h comm, model_ab_t ar[MODEL_NAR])
 {
-    enum { SMALL_REPS = 5, LARGE_REPS = 2 };
+    enum { SMALL_REPS = 5, LARGE_REPS = 3 };
     const size_t nlarge = (size_t)MODEL_FIT_BYTES / sizeof(float);
     double times[2 * MODEL_NAR], small[MODEL_NAR][SMALL_REPS];
     double chunk = (double)comm->cfg.chunk_size;
@@ -387,7 +388,7 @@ static flx_status_t model_fit_allreduce(flx_comm_h comm, model_ab_t ar[MODEL_NAR
         lg[3] = times[2 * i + 1];
         if (model_fit_ab(sm, lg, &ar[i]) != 0)
             flx_info(COLL, comm->rank, "model fit of the %s allreduce failed (8 B %.1f us, "
-                     "256 KiB %.1f us): it keeps the link's alpha and beta", flx_algo_name(algo),
+                     "1 MiB %.1f us): it keeps the link's alpha and beta", flx_algo_name(algo),
                      sm[3] * 1e6, lg[3] * 1e6);
     }
     return FLX_OK;
