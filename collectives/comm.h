@@ -48,7 +48,6 @@ typedef struct {
     model_ab_t link, ar[MODEL_NAR];   /* this rank's EWMAs                */
     model_ab_t link0, ar0[MODEL_NAR]; /* where they started: their bounds  */
     int nbw, nlat;            /* observations since the last agreement    */
-    long refreshes;           /* agreements so far                        */
 } model_live_t;
 
 struct flx_comm {

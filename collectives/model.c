@@ -262,7 +262,6 @@ static flx_status_t model_agree_live(flx_comm_h comm)
     for (int i = 0; i < MODEL_NAR; i++)
         lv->ar[i] = ar[i];
     lv->nbw = lv->nlat = 0;
-    lv->refreshes++;
     return FLX_OK;
 }
 
@@ -394,7 +393,7 @@ static flx_status_t model_fit_allreduce(flx_comm_h comm, model_ab_t ar[MODEL_NAR
     return FLX_OK;
 }
 
-/* One ping-pong series with partner, steps *step_p on (advanced by
+/* One ping-pong series with partner, on steps [step, step +
  * MODEL_PAIR_STEPS): the median round trip of small messages gives alpha,
  * the median time of a 1 MiB one-way transfer (minus the latency) beta. */
 enum { SMALL_ITERS = 15, LARGE_ITERS = 3, LARGE = 1 << 20,
@@ -591,8 +590,12 @@ double flx_allreduce_predict(flx_comm_h comm, size_t count, flx_dtype_t dtype, f
 {
     double bytes, t;
 
-    if (comm == NULL || !flx_dtype_valid(dtype) || (unsigned)algo >= FLX_ALGO_COUNT)
+    if (comm == NULL || !flx_dtype_valid(dtype) || (unsigned)algo >= FLX_ALGO_COUNT) {
+        flx_error(COLL, comm ? comm->rank : -1, "flx_allreduce_predict: %s",
+                  comm == NULL ? "comm is NULL" : !flx_dtype_valid(dtype) ? "invalid dtype"
+                                                                         : "invalid algo");
         return -1;
+    }
     bytes = (double)count * (double)flx_dtype_size(dtype);
     pthread_mutex_lock(&comm->lock); /* the live refresh writes the model under exec */
     if (algo == FLX_ALGO_AUTO)

@@ -391,9 +391,12 @@ static void ctl_candidate(flx_ctl_h h, ctl_cand_t *c, ctl_coll_t coll, double ke
     ctl_coll_terms(coll, h->N, (double)h->n, kept, &a, &b);
     c->coll = coll;
     c->kept = kept;
-    /* sqrt(delta) of the step: what it delivers of the mean (combined) times
-     * what each rank's residual gives up (per rank); 1 for dense */
-    c->gain = FLX_MIN(1.0, gain * h->gain_ratio[coll]) * FLX_MIN(1.0, gain * h->rank_ratio[coll]);
+    /* flex: sqrt(delta) of the step, what it delivers of the mean (combined)
+     * times what each rank's residual gives up (per rank); GraVAC's and
+     * Accordion's gain stays the combined one */
+    c->gain = FLX_MIN(1.0, gain * h->gain_ratio[coll]);
+    if (h->o.mode == FLX_CTL_FLEX)
+        c->gain *= FLX_MIN(1.0, gain * h->rank_ratio[coll]);
     c->time_s = FLX_MAX(0.0, h->compute_s) + (sel > 0 ? sel : 0) + a * h->alpha + b * h->inv_bw[coll];
     c->score = 0;
 }
@@ -527,6 +530,13 @@ static flx_status_t ctl_run(flx_ctl_h h, const ctl_cand_t *c, float *grad, flx_c
     return st;
 }
 
+/* a learnt measured / predicted gain ratio (at most 4) takes a measurement */
+static void ctl_learn_ratio(double *ratio, double measured, double predicted)
+{
+    if (predicted > 0)
+        *ratio = FLX_MIN(4.0, (1 - CTL_LAMBDA) * *ratio + CTL_LAMBDA * measured / predicted);
+}
+
 /* The gain of the combined update, measured every CTL_GAIN_EVERY steps:
  * before the sync the ranks average x = g + e on every 4th sample position
  * (X = mean x_i); after it the synced gradient there is S = mean C_i(x_i).
@@ -548,7 +558,7 @@ static flx_status_t ctl_combined_before(flx_ctl_h h, const float *grad)
 static void ctl_combined_after(flx_ctl_h h, const ctl_cand_t *c, const float *grad,
                                double *combined_p)
 {
-    double ss = 0, xx = 0, raw, g;
+    double ss = 0, xx = 0, g;
 
     for (size_t j = 0; j < h->nxs; j++) {
         double sv = grad[h->sample_pos[4 * j]], xv = h->xs[j];
@@ -559,10 +569,7 @@ static void ctl_combined_after(flx_ctl_h h, const ctl_cand_t *c, const float *gr
         return;
     g = FLX_MIN(1.0, sqrt(ss / xx));
     *combined_p = g;
-    raw = h->last_hist_gain; /* the histogram's prediction */
-    if (raw > 0)
-        h->gain_ratio[c->coll] = FLX_MIN(4.0, (1 - CTL_LAMBDA) * h->gain_ratio[c->coll] +
-                                                  CTL_LAMBDA * g / raw);
+    ctl_learn_ratio(&h->gain_ratio[c->coll], g, h->last_hist_gain);
 }
 
 flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_report_t *report_p)
@@ -596,10 +603,9 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
             return st;
     }
     ctl_learn(h, h->agree[nf], h->agree[nf + 1], h->agree[nf + 2]);
-    if (h->have_last && (h->last.coll == CTL_ARTOPK || h->last.coll == CTL_TOPK_AG) &&
-        h->last_hist_gain > 0) /* the mean over ranks of what each one's top-k kept */
-        h->rank_ratio[h->last.coll] = FLX_MIN(4.0, (1 - CTL_LAMBDA) * h->rank_ratio[h->last.coll] +
-                                                      CTL_LAMBDA * h->agree[nf + 3] / h->last_hist_gain);
+    if (h->have_last && (h->last.coll == CTL_ARTOPK || h->last.coll == CTL_TOPK_AG))
+        /* the mean over ranks of what each one's top-k kept */
+        ctl_learn_ratio(&h->rank_ratio[h->last.coll], h->agree[nf + 3], h->last_hist_gain);
     if (interval_end) {
         double cur[FLX_CTL_MAX_SEGMENTS];
         int crit = 1;

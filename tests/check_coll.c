@@ -406,6 +406,12 @@ static int body_model_refresh(flx_comm_h comm, int rank, int size, void *arg)
     mine[1] = m1.beta_bytes_per_s;
     for (int a = 0; a < 3; a++)
         mine[2 + a] = flx_allreduce_predict(comm, count, FLX_FLOAT32, (flx_algo_t)(FLX_ALGO_RING + a));
+    if (flx_allreduce_predict(NULL, count, FLX_FLOAT32, FLX_ALGO_RING) != -1 ||
+        flx_allreduce_predict(comm, count, (flx_dtype_t)99, FLX_ALGO_RING) != -1 ||
+        flx_allreduce_predict(comm, count, FLX_FLOAT32, FLX_ALGO_COUNT) != -1)
+        return mp_fail(rank, "flx_allreduce_predict accepted a bad argument");
+    if (size > 1 && !(mine[2] > 0 && mine[3] > 0 && mine[4] > 0))
+        return mp_fail(rank, "predictions %g %g %g", mine[2], mine[3], mine[4]);
     if (size <= 8 && (st = flx_allgather(comm, mine, betas, 5, FLX_FLOAT64, FLX_ALGO_AUTO)) != FLX_OK)
         return mp_fail(rank, "allgather of the models: %s", flx_status_string(st));
     for (int r = 0; r < size && size <= 8; r++)
@@ -429,6 +435,8 @@ static int body_calibrate(flx_comm_h comm, int rank, int size, void *arg)
     (void)arg;
     if (size > 8)
         return mp_fail(rank, "test written for up to 8 ranks");
+    if (flx_comm_calibrate(NULL, links) != FLX_ERR_INVALID_ARG)
+        return mp_fail(rank, "flx_comm_calibrate(NULL) was accepted");
     if ((st = flx_comm_calibrate(comm, links)) != FLX_OK)
         return mp_fail(rank, "flx_comm_calibrate: %s", flx_status_string(st));
     for (int j = 0; j < size; j++) {

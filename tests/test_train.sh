@@ -35,6 +35,8 @@ done
 # flex actually compresses when the weight asks for speed at any price
 train 3 flex --weight 1 --interval 20
 grep -q ",flex,artopk,\|,flex,topk-ag," "$tmp/flex-3.csv" || fail "flex --weight 1 never compressed"
+# AR-Topk with the index set voted by every rank
+train 3 artopk --leader vote
 # selsync skipped some steps and synced others
 grep -q ",selsync,skip," "$tmp/selsync-3.csv" || fail "selsync never skipped a step"
 # the CNN on 4000 Fashion-MNIST images (the synthetic task has no image structure)
