@@ -17,7 +17,11 @@
 # collective and N: size, the median over the repetitions of the out-of-place
 # time of flexcoll and of MPI, their ratio (MPI/flexcoll: > 1 means flexcoll
 # is faster) and both bus bandwidths (from the median times), then the 4 KiB
-# latency and the mean 1-64 MiB bus bandwidth.
+# latency and the mean 1-64 MiB bus bandwidth, and the sizes where flexcoll
+# is behind.  The time of one run at one size is the mean over its timed
+# iterations (-s mean, nccl-tests' "time", the default) or their median
+# (-s p50: one stalled iteration on a busy machine does not move it); both
+# tools print both, so -R can report either from the same runs.
 #
 # Loopback only: mpirun uses ob1 + btl tcp,self restricted to lo (and its
 # out-of-band channel to lo); flexcoll ranks rendezvous at 127.0.0.1 (flxrun)
@@ -31,8 +35,8 @@ script_dir=$(cd "$(dirname "$0")" && pwd)
 usage() {
     cat <<EOF
 usage: $prog [-r REPS] [-N "2 4"] [-b MIN] [-e MAX] [-n ITERS] [-w WARMUP]
-             [-c 0|1] [-k LOGDIR] [-t SECONDS] [BUILD_DIR]
-       $prog -R RESULTS      (the report again, from a results.txt kept with -k)
+             [-c 0|1] [-s mean|p50] [-k LOGDIR] [-t SECONDS] [BUILD_DIR]
+       $prog [-s mean|p50] -R RESULTS  (the report again, from a results.txt kept with -k)
   BUILD_DIR  where flxrun and flx-*-perf are (default: \$FLX_BUILD or .)
   -r REPS    repetitions of each run, alternating flexcoll and MPI (default 5)
   -N LIST    rank counts (default "2 4")
@@ -41,6 +45,7 @@ usage: $prog [-r REPS] [-N "2 4"] [-b MIN] [-e MAX] [-n ITERS] [-w WARMUP]
   -c 0|1     correctness pass in both tools (untimed; default 1)
   -k LOGDIR  keep every run's output in LOGDIR (default: a temporary directory, removed)
   -t SECONDS time limit of one run (default 900)
+  -s STAT    a run's time at a size: mean of its iterations (default) or p50
   -R FILE    print the tables from FILE (results.txt of an earlier -k run); run nothing
 EOF
 }
@@ -55,7 +60,8 @@ check=1
 keep=""
 limit=900
 report_only=""
-while getopts ":r:N:b:e:n:w:c:k:t:R:h" opt; do
+stat=mean
+while getopts ":r:N:b:e:n:w:c:k:t:R:s:h" opt; do
     case $opt in
     r) reps=$OPTARG ;;
     N) nlist=$OPTARG ;;
@@ -67,6 +73,7 @@ while getopts ":r:N:b:e:n:w:c:k:t:R:h" opt; do
     k) keep=$OPTARG ;;
     t) limit=$OPTARG ;;
     R) report_only=$OPTARG ;;
+    s) stat=$OPTARG ;;
     h) usage; exit 0 ;;
     :) echo "$prog: option -$OPTARG needs a value" >&2; usage >&2; exit 2 ;;
     *) echo "$prog: unknown option -$OPTARG" >&2; usage >&2; exit 2 ;;
@@ -83,15 +90,24 @@ case $reps in '' | *[!0-9]* | 0) echo "$prog: -r needs a positive integer" >&2; 
 for n in $nlist; do
     case $n in '' | *[!0-9]* | 0 | 1) echo "$prog: -N needs rank counts >= 2" >&2; exit 2 ;; esac
 done
+case $stat in
+mean) statcol=6 ;;
+p50) statcol=9 ;;
+*) echo "$prog: -s takes mean or p50, not '$stat'" >&2; exit 2 ;;
+esac
 
 # ---- report -------------------------------------------------------------------
 # report RESULTS: one table per collective and N from the rows
-#   impl coll n rep size time_us busbw wrong
+#   impl coll n rep size time_us busbw wrong p50_us
 report() {
     local res=$1 coll n
+    if [ "$statcol" = 9 ] && awk 'NF < 9 { exit 0 } END { exit 1 }' "$res"; then
+        echo "$prog: error: $res has no p50 column (kept by an older version); use -s mean" >&2
+        exit 1
+    fi
     for coll in allreduce allgather; do
         for n in $(awk -v c="$coll" '$2 == c { print $3 }' "$res" | sort -n | uniq); do
-            awk -v coll="$coll" -v n="$n" '
+            awk -v coll="$coll" -v n="$n" -v col="$statcol" '
             function median(list,    v, k, i, j, t) {
                 k = split(list, v, " ")
                 for (i = 2; i <= k; i++) {            # insertion sort, k is small
@@ -104,7 +120,7 @@ report() {
             }
             $2 == coll && $3 == n {
                 if (!($5 in seen)) { seen[$5] = 1; sizes[++ns] = $5 }
-                t[$1, $5] = t[$1, $5] " " $6
+                t[$1, $5] = t[$1, $5] " " $col
                 if ($8 != "N/A" && $8 + 0 > 0) bad[$1]++
             }
             END {
@@ -113,7 +129,7 @@ report() {
                 printf "\n== %s, N=%d ==\n", what, n
                 printf "%12s  %14s  %14s  %8s  %10s  %10s\n", "size (B)", "flexcoll (us)", "MPI (us)",
                        "MPI/flx", "flx busbw", "MPI busbw"
-                lat_f = lat_m = -1; sf = sm = nb = 0
+                lat_f = lat_m = -1; sf = sm = nb = 0; behind = ""; nbehind = 0
                 for (i = 1; i <= ns; i++) {
                     s = sizes[i]
                     f = median(t["flexcoll", s]); m = median(t["mpi", s])
@@ -124,6 +140,7 @@ report() {
                     rs = (f > 0 && m > 0) ? sprintf("%.2f", m / f) : "n/a"
                     printf "%12d  %14s  %14s  %8s  %10s  %10s\n", s, fs, ms, rs, fb, mb
                     if (s == 4096) { lat_f = f; lat_m = m }
+                    if (f > 0 && m > 0 && m < f) { behind = behind " " s " (" rs ")"; nbehind++ }
                     if (s >= 1048576 && s <= 67108864 && f > 0 && m > 0) { sf += bf; sm += bm; nb++ }
                 }
                 if (lat_f > 0 && lat_m > 0)
@@ -136,6 +153,7 @@ report() {
                            sf / nb, sm / nb, nb, (sm > 0 ? sf / sm : 0)
                 else
                     printf "1-64 MiB busbw     : no rows between 1 and 64 MiB\n"
+                printf "flexcoll behind at : %d of %d sizes%s\n", nbehind, ns, behind
                 if (bad["flexcoll"] || bad["mpi"])
                     printf "WARNING: rows with wrong elements: flexcoll %d, MPI %d\n", bad["flexcoll"], bad["mpi"]
             }' "$res"
@@ -148,7 +166,7 @@ if [ -n "$report_only" ]; then
         echo "$prog: error: cannot read $report_only" >&2
         exit 1
     fi
-    echo "# report from $report_only: median over the repetitions per size;"
+    echo "# report from $report_only: a run's time = the $stat of its iterations, median over the repetitions per size;"
     echo "# ratio = MPI time / flexcoll time (> 1: flexcoll faster); busbw from the median times (GB/s)"
     report "$report_only"
     exit 0
@@ -228,7 +246,7 @@ run_one() {
     # first field is a number: size count type redop root time algbw busbw #wrong ...
     sed 's/^\[[0-9]*\] //' "$log" |
         awk -v impl="$impl" -v coll="$coll" -v n="$n" -v rep="$rep" \
-            '$1 ~ /^[0-9]+$/ && NF >= 13 { print impl, coll, n, rep, $1, $6, $8, $9 }' \
+            '$1 ~ /^[0-9]+$/ && NF >= 16 { print impl, coll, n, rep, $1, $6, $8, $9, $15 }' \
             >>"$results"
     if ! grep -q '^# Out of bounds values : 0 OK' <(sed 's/^\[[0-9]*\] //' "$log"); then
         echo "$prog: warning: $impl $coll N=$n rep $rep reported wrong results (see $log)" >&2
@@ -252,7 +270,8 @@ done
 
 echo
 echo "# flexcoll ($build) vs $(mpirun --version 2>&1 | head -n 1) over loopback"
-echo "# float, out-of-place, $iters iterations after $warmup warm-up, median of $reps runs per size;"
+echo "# float, out-of-place, $iters iterations after $warmup warm-up, a run's time = the $stat of its"
+echo "# iterations (slowest rank), median of $reps runs per size;"
 echo "# ratio = MPI time / flexcoll time (> 1: flexcoll faster); busbw from the median times (GB/s)"
 report "$results"
 if [ -n "$keep" ]; then

@@ -28,6 +28,29 @@ echo "$out" | sed 's/^\[[0-9]*\] //' | awk '
     fail "flx-info --calibrate: matrices and model disagree: $out"
 "$top/flx-info" --calibrate >/dev/null 2>&1 && fail "flx-info --calibrate ran without a job"
 
+# compare-mpi.sh's report from kept results: median over the runs of the mean (column 6) or
+# of the p50 (column 9), the ratio MPI / flexcoll, and the sizes where flexcoll is behind
+src=${abs_top_srcdir:-.}
+res=$(mktemp)
+cat >"$res" <<'EOF_RES'
+flexcoll allreduce 2 1 4096 10 0 0 9
+mpi allreduce 2 1 4096 20 0 0 8
+flexcoll allreduce 2 2 4096 30 0 0 9
+mpi allreduce 2 2 4096 20 0 0 8
+flexcoll allreduce 2 3 4096 12 0 0 9
+mpi allreduce 2 3 4096 24 0 0 8
+flexcoll allreduce 2 1 8192 40 0 0 40
+mpi allreduce 2 1 8192 50 0 0 30
+EOF_RES
+out=$(bash "$src/scripts/compare-mpi.sh" -R "$res" 2>&1) || fail "compare-mpi -R: $out"
+echo "$out" | grep -q "^ *4096  *12.00  *20.00  *1.67 " || fail "compare-mpi -R medians: $out"
+echo "$out" | grep -q "behind at : 0 of 2 sizes" || fail "compare-mpi -R behind count: $out"
+out=$(bash "$src/scripts/compare-mpi.sh" -s p50 -R "$res" 2>&1) || fail "compare-mpi -s p50: $out"
+echo "$out" | grep -q "behind at : 2 of 2 sizes 4096 (0.89) 8192 (0.75)" ||
+    fail "compare-mpi -s p50 behind list: $out"
+bash "$src/scripts/compare-mpi.sh" -s p99 -R "$res" >/dev/null 2>&1 && fail "compare-mpi -s p99 accepted"
+rm -f "$res"
+
 out=$("$top/flx-train" --data /nonexistent/dir --epochs 1 2>&1) && fail "missing data accepted"
 echo "$out" | grep -q "/nonexistent/dir/train-images-idx3-ubyte" || fail "error does not name the file: $out"
-echo "PASS: flx-example, flx-info (-c, --calibrate), flx-train"
+echo "PASS: flx-example, flx-info (-c, --calibrate), compare-mpi report, flx-train"
