@@ -322,6 +322,11 @@ void flx_ctl_lr_changed(flx_ctl_h h)
     }
 }
 
+const float *flx_ctl_residual(flx_ctl_h h)
+{
+    return h && h->residual_dirty ? flx_gsync_residual(h->topk) : NULL;
+}
+
 /* step 1: this rank's gains per fraction and accumulated layer norms */
 static void ctl_local_stats(flx_ctl_h h, const float *grad, int interval_end)
 {

@@ -532,6 +532,11 @@ FLX_API flx_status_t flx_ctl_step(flx_ctl_h h, float *grad_in_out, double comput
 /* The learning rate just decayed: the next interval counts as critical.
  * Call on every rank at the same step. */
 FLX_API void flx_ctl_lr_changed(flx_ctl_h h);
+/* The residuals e[0, n) that error feedback holds back after the last
+ * step, or NULL when it holds none (no step yet, or the last one was
+ * dense).  A position this rank sent in the last step has e = 0 (what
+ * momentum correction needs to know).  Valid until the next step. */
+FLX_API const float *flx_ctl_residual(flx_ctl_h h);
 FLX_API flx_status_t flx_ctl_destroy(flx_ctl_h h);
 FLX_API const char *flx_ctl_mode_name(flx_ctl_mode_t mode);
 

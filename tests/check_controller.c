@@ -274,9 +274,12 @@ static int body_ctl(flx_comm_h comm, int rank, int size, void *arg)
     st = flx_ctl_create(comm, CTL_N, &o, &h);
     if (st != FLX_OK)
         return mp_fail(rank, "flx_ctl_create: %s", flx_status_string(st));
+    if (flx_ctl_residual(h) != NULL)
+        return mp_fail(rank, "a residual before the first step");
     for (int step = 0; step < 30; step++) {
         flx_ctl_report_t r;
         double dec[4];
+        const float *e;
 
         for (size_t i = 0; i < CTL_N; i++)
             g[i] = grad_of(rank, step, i);
@@ -310,6 +313,20 @@ static int body_ctl(flx_comm_h comm, int rank, int size, void *arg)
                 if (fabs(g[i] - mean) > 1e-5 * (1 + fabs(mean)))
                     return mp_fail(rank, "element %zu: %g, mean %g", i, g[i], mean);
             }
+        }
+        /* the residual: none after a dense step; after a compressed one, 0
+         * at least where this rank sent (k positions), elsewhere g + e */
+        e = flx_ctl_residual(h);
+        if ((r.collective == FLX_GSYNC_COLL_ALLREDUCE) != (e == NULL))
+            return mp_fail(rank, "step %d: %s step, residual %p", step,
+                           flx_gsync_coll_name(r.collective), (const void *)e);
+        if (e) {
+            size_t zeros = 0;
+            for (size_t i = 0; i < CTL_N; i++)
+                zeros += e[i] == 0.0f;
+            if (zeros < r.sync.k || zeros > CTL_N / 2)
+                return mp_fail(rank, "step %d: %zu zero residuals, %zu sent", step, zeros,
+                               (size_t)r.sync.k);
         }
         dense_steps += r.collective == FLX_GSYNC_COLL_ALLREDUCE;
         if (cs->mode == FLX_CTL_ACCORDION && r.collective != FLX_GSYNC_COLL_ARTOPK)

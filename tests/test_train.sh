@@ -37,6 +37,9 @@ train 3 flex --weight 1 --interval 20
 grep -q ",flex,artopk,\|,flex,topk-ag," "$tmp/flex-3.csv" || fail "flex --weight 1 never compressed"
 # AR-Topk with the index set voted by every rank
 train 3 artopk --leader vote
+# top-k with momentum correction: each rank's velocity compressed, masked where sent
+train 3 topk-ag --momentum-correction on
+train 3 flex --weight 1 --interval 20 --momentum-correction on
 # selsync skipped some steps and synced others
 grep -q ",selsync,skip," "$tmp/selsync-3.csv" || fail "selsync never skipped a step"
 # the CNN on 4000 Fashion-MNIST images (the synthetic task has no image structure)
@@ -56,6 +59,11 @@ echo "$out" | grep -q "epoch 50/50" && fail "--time-limit did not stop the run: 
 out=$("$top/flx-train" --synthetic --train-limit 10 --batch 64 2>&1) && fail "10 examples for a 64-example step accepted"
 echo "$out" | grep -q "fewer than one step" || fail "no clear error for too little data: $out"
 "$top/flx-train" --policy fastest >/dev/null 2>&1 && fail "unknown policy accepted"
+out=$("$top/flx-train" --synthetic --policy dense --momentum-correction on 2>&1) &&
+    fail "momentum correction without top-k accepted"
+echo "$out" | grep -q "needs a top-k policy" || fail "no clear error for dense + momentum correction: $out"
+"$top/flx-train" --synthetic --momentum-correction maybe >/dev/null 2>&1 &&
+    fail "--momentum-correction maybe accepted"
 out=$("$top/flx-train" --synthetic --model cnn:4 2>&1) && fail "bad CNN spec accepted"
 out=$("$top/flx-train" --synthetic --model mlp:0 2>&1) && fail "zero-width layer accepted"
 mkdir "$tmp/data"

@@ -383,6 +383,30 @@ flx_status_t sync_after_update(sync_t *s, sync_report_t *r)
     return st;
 }
 
+int sync_momentum_correction(policy_t p, int requested)
+{
+    int topk = p == POL_TOPK_AG || p == POL_ARTOPK || p == POL_ACCORDION || p == POL_GRAVAC ||
+               p == POL_FLEX;
+
+    if (!topk)
+        return requested == 1 ? -1 : 0;
+    return requested == 1;
+}
+
+void sync_mask_velocity(sync_t *s, const sync_report_t *r, float *velocity)
+{
+    const float *e;
+
+    if (!r->synced || r->kept >= 1)
+        return;
+    e = s->gs ? flx_gsync_residual(s->gs) : flx_ctl_residual(s->ctl);
+    if (e == NULL)
+        return;
+    for (size_t i = 0; i < s->n; i++)
+        if (e[i] == 0.0f)
+            velocity[i] = 0.0f;
+}
+
 void sync_lr_changed(sync_t *s)
 {
     if (s->ctl)

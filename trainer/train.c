@@ -43,6 +43,7 @@ typedef struct {
     long eval_every;
     double time_limit;
     int check_sync;
+    int momentum_correction;  /* -1: the policy's default, 0 off, 1 on */
     sync_opts_t sync;
 } train_opts_t;
 
@@ -63,6 +64,9 @@ static void usage(FILE *out)
             "  --lr-schedule S    step (x0.1 at 50%% and 75%% of the epochs when there are\n"
             "                     4 or more; default), cosine, or const\n"
             "  --momentum X       (default 0.9)        --weight-decay X (default 5e-4)\n"
+            "  --momentum-correction on|off\n"
+            "                     top-k policies: momentum on each rank before compression,\n"
+            "                     zeroed where the rank's values were sent (DGC; default off)\n"
             "  --seed S           initialisation and shuffling seed (default 1)\n"
             "gradient sync:\n"
             "  --policy P         dense, topk-ag, artopk, powersgd, accordion, gravac,\n"
@@ -138,6 +142,7 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         {"delta", required_argument, 0, 'D'}, {"min-gain", required_argument, 0, 'g'},
         {"ctl-log", required_argument, 0, 'C'}, {"eval-every", required_argument, 0, 'v'},
         {"time-limit", required_argument, 0, 'T'}, {"check-sync", no_argument, 0, 'Y'},
+        {"momentum-correction", required_argument, 0, 'c'},
         {0, 0, 0, 0}};
     int c, p, opt_index = 0;
     size_t list[8];
@@ -145,7 +150,7 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
 
     *o = (train_opts_t){.data_dir = FLX_FMNIST_DIR, .epochs = 2, .batch = 64, .lr = 0.05,
                         .momentum = 0.9, .weight_decay = 5e-4, .model = "mlp:256,256",
-                        .seed = 1, .max_steps = -1};
+                        .seed = 1, .max_steps = -1, .momentum_correction = -1};
     o->sync = (sync_opts_t){.policy = POL_DENSE, .algo = FLX_ALGO_AUTO,
                             .bucket_bytes = 4u << 20, .kept = 0.01, .psgd_rank = 4,
                             .leader = FLX_LEADER_STAR, .weight = 0.5, .eta = 0.5,
@@ -201,6 +206,11 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         case 'g': if (parse_double(optarg, 0.000001, 1, &o->sync.min_gain)) goto bad; break;
         case 'C': o->sync.ctl_log = optarg; break;
         case 'Y': o->check_sync = 1; break;
+        case 'c':
+            if (!strcmp(optarg, "on")) o->momentum_correction = 1;
+            else if (!strcmp(optarg, "off")) o->momentum_correction = 0;
+            else goto bad;
+            break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -212,6 +222,13 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
     }
     if (optind < argc) {
         fprintf(stderr, "flx-train: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    o->momentum_correction = sync_momentum_correction(o->sync.policy, o->momentum_correction);
+    if (o->momentum_correction < 0) {
+        fprintf(stderr, "flx-train: --momentum-correction on needs a top-k policy (topk-ag, "
+                        "artopk, accordion, gravac or flex), not %s\n",
+                policy_name(o->sync.policy));
         return -1;
     }
     return 0;
@@ -378,15 +395,26 @@ static int train(run_t *r)
             t0 = flx_time_now();
             loss = nn_train_batch(r->nn, xb, yb, o->batch, &c, sync_grad_ready, r->sync);
             t1 = flx_time_now();
+            if (o->momentum_correction) /* each rank's velocity is what it compresses */
+                for (size_t i = 0; i < n; i++) {
+                    float g = grads[i] + (float)o->weight_decay * params[i];
+                    velocity[i] = (float)o->momentum * velocity[i] + g;
+                    grads[i] = velocity[i];
+                }
             st = sync_gradients(r->sync, t1 - t0, &rep);
-            if (st == FLX_OK) {
+            if (st == FLX_OK && o->momentum_correction) {
+                sync_mask_velocity(r->sync, &rep, velocity);
+                for (size_t i = 0; i < n; i++)
+                    params[i] -= (float)lr * grads[i];
+            } else if (st == FLX_OK) {
                 for (size_t i = 0; i < n; i++) {
                     float g = grads[i] + (float)o->weight_decay * params[i];
                     velocity[i] = (float)o->momentum * velocity[i] + g;
                     params[i] -= (float)lr * velocity[i];
                 }
-                st = sync_after_update(r->sync, &rep);
             }
+            if (st == FLX_OK)
+                st = sync_after_update(r->sync, &rep);
             if (st == FLX_OK && o->check_sync && rep.synced)
                 st = check_weights(r->comm, params, n, step);
             if (st != FLX_OK) {
