@@ -81,6 +81,11 @@ static const cfg_field_t cfg_table[] = {
      "per message", CFG_INT, OFF(ib_reg_cache), 0, 0, 1 << 20, NULL},
     {"IB_SPIN", "2ms", "ib: busy-poll the completion queue this long (yielding the core) before sleeping "
      "on the completion channel", CFG_TIME, OFF(ib_spin_s), 0, 0, 0, NULL},
+    {"IB_LEAVE_PINNED", "no", "ib: cache the registration of every buffer, not only flx_mem_register'ed "
+     "ones; at program start (it must be in the environment then) glibc is told never to return "
+     "malloc'd memory to the system, so an address keeps its pages; only for programs that do not "
+     "munmap or malloc_trim buffers they pass to collectives", CFG_BOOL, OFF(ib_leave_pinned), 0,
+     0, 0, NULL},
     {"IB_QPS_PER_PEER", "1", "ib: queue pairs per peer; large messages are striped across them (same on "
      "every rank)", CFG_INT, OFF(ib_qps_per_peer), 0, 1, 8, NULL},
 };

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static tl_ctx_t *ib_ctx(flx_comm_h comm) { return comm->tlctx; }
 
@@ -84,6 +86,77 @@ START_TEST(test_regcache)
 }
 END_TEST
 
+/* FLX_IB_LEAVE_PINNED: buffers straight from malloc, never registered by
+ * the program, freed and allocated again between collectives: no
+ * registration per message, the cache hits, every result exact */
+static int body_leave_pinned(flx_comm_h comm, int rank, int size, void *arg)
+{
+    enum { COUNT = 1 << 18 }; /* 1 MiB: RDMA-written, not eager */
+    tl_ctx_t *ctx = ib_ctx(comm);
+    uint64_t hits0;
+
+    (void)arg;
+    if (!ctx->mrc.leave_pinned)
+        return mp_fail(rank, "FLX_IB_LEAVE_PINNED is set but not in force");
+    hits0 = ctx->mrc.hits;
+    for (int it = 0; it < 6; it++) {
+        size_t count = COUNT + (size_t)(it % 2) * 1000; /* the allocation moves, or not */
+        float *b = malloc(count * sizeof(float));
+
+        if (b == NULL)
+            return mp_fail(rank, "no memory");
+        for (size_t i = 0; i < count; i++)
+            b[i] = (float)(rank + it + (int)(i % 5));
+        for (int rep = 0; rep < 2; rep++) {
+            if (flx_allreduce(comm, b, b, count, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING) != FLX_OK)
+                return mp_fail(rank, "allreduce %d.%d failed", it, rep);
+            for (size_t i = 0; i < count; i++) {
+                float want = (float)(size * (size - 1) / 2 + size * (it + (int)(i % 5)));
+                if (rep)
+                    want *= (float)size;
+                if (b[i] != want)
+                    return mp_fail(rank, "iteration %d.%d: element %zu is %g, not %g", it, rep, i,
+                                   b[i], want);
+            }
+        }
+        free(b);
+    }
+    if (ctx->mrc.transient != 0)
+        return mp_fail(rank, "%llu registrations for one message with leave pinned",
+                       (unsigned long long)ctx->mrc.transient);
+    if (ctx->mrc.hits <= hits0)
+        return mp_fail(rank, "no cache hit for a reused malloc'd buffer");
+    return 0;
+}
+
+/* the setting acts at program start: run this test in a fresh copy of
+ * this program with FLX_IB_LEAVE_PINNED in its environment */
+START_TEST(test_leave_pinned)
+{
+    const char *v = getenv("FLX_IB_LEAVE_PINNED");
+    pid_t pid;
+    int status;
+
+    setenv("FLX_NET", "ib", 1);
+    if (v != NULL) {
+        ck_assert_int_eq(mp_run(2, body_leave_pinned, NULL, 300, NULL), 0);
+        return;
+    }
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        setenv("FLX_IB_LEAVE_PINNED", "yes", 1);
+        setenv("CK_RUN_CASE", "leave_pinned", 1);
+        setenv("CK_FORK", "yes", 1);
+        execl("/proc/self/exe", "check_ib", (char *)NULL);
+        _exit(127);
+    }
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "check_ib with FLX_IB_LEAVE_PINNED=yes failed (status %d)", status);
+}
+END_TEST
+
 /* rank 0 breaks its QP to rank 1: both ranks must see FLX_ERR_PEER_LOST */
 static int body_qp_error(flx_comm_h comm, int rank, int size, void *arg)
 {
@@ -132,6 +205,10 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_regcache);
     tcase_add_test(tc, test_qp_error);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("leave_pinned");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_leave_pinned);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -916,6 +916,13 @@ flx_status_t ib_resources_create(tl_ctx_t *ctx)
     ctx->mrc.pd = ctx->pd;
     ctx->mrc.max_entries = ctx->cfg.ib_reg_cache;
     ctx->mrc.rank = ctx->rank;
+    ctx->mrc.leave_pinned = ctx->cfg.ib_leave_pinned && ib_mr_leave_pinned_active();
+    if (ctx->cfg.ib_leave_pinned && !ctx->mrc.leave_pinned)
+        flx_warn(NET, ctx->rank, "FLX_IB_LEAVE_PINNED is on but was not in the environment when the "
+                 "program started (or this C library has no mallopt): buffers not registered with "
+                 "flx_mem_register are registered per message");
+    else if (ctx->mrc.leave_pinned)
+        flx_info(NET, ctx->rank, "ib: leave pinned: every buffer's registration is cached");
     return FLX_OK;
 }
 

@@ -68,6 +68,7 @@ typedef struct {
     uint64_t clock;
     uint64_t hits, misses, evictions, transient;
     int rank;
+    int leave_pinned;     /* FLX_IB_LEAVE_PINNED in force: cache all     */
     ib_range_t *pinned;   /* ranges promised to stay mapped (cacheable)  */
     int npinned, cap_pinned;
 } ib_mr_cache_t;
@@ -75,6 +76,9 @@ typedef struct {
 flx_status_t ib_mr_get(ib_mr_cache_t *cache, void *addr, size_t len, ib_mr_entry_t **entry_p);
 void ib_mr_put(ib_mr_cache_t *cache, ib_mr_entry_t *entry);
 void ib_mr_cache_flush(ib_mr_cache_t *cache);
+/* Whether FLX_IB_LEAVE_PINNED was on when the program started and glibc
+ * accepted the mallopt settings (mr.c's constructor). */
+int ib_mr_leave_pinned_active(void);
 /* ranges whose registrations may be cached (flx_mem_register, scratch) */
 flx_status_t ib_mr_pin(ib_mr_cache_t *cache, void *addr, size_t len);
 flx_status_t ib_mr_unpin(ib_mr_cache_t *cache, void *addr);

@@ -9,14 +9,43 @@
  * keyed by address range, bounded by FLX_IB_REG_CACHE entries, and the
  * least recently used idle one is evicted first (it is registered again on
  * its next use).  Any other buffer gets a registration for the one message
- * that needs it. */
+ * that needs it.
+ *
+ * FLX_IB_LEAVE_PINNED=yes (Open MPI's "leave pinned"): a constructor,
+ * before main, tells glibc to serve every allocation from the heap
+ * (M_MMAP_MAX 0) and never to trim it (M_TRIM_THRESHOLD max), so memory
+ * that malloc handed out keeps its pages at its address for the life of
+ * the process, and every buffer's registration is cached.  A program that
+ * munmaps (or malloc_trims) memory it passed to a collective must not use
+ * it. */
 #include "transport/ib/ib.h"
+#include "common/config.h"
 #include "common/log.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#if defined(HAVE_MALLOPT) && defined(HAVE_MALLOC_H)
+#include <malloc.h>
+#endif
+
+static int mr_leave_pinned;
+
+#if defined(HAVE_MALLOPT) && defined(HAVE_MALLOC_H)
+/* before main, so that no buffer the program allocates can be unmapped */
+__attribute__((constructor)) static void mr_leave_pinned_init(void)
+{
+    const char *v = getenv("FLX_IB_LEAVE_PINNED");
+    int on = 0;
+
+    if (v == NULL || flx_parse_bool(v, &on) != 0 || !on) /* malformed: config.c says so */
+        return;
+    mr_leave_pinned = mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, -1) == 1;
+}
+#endif
+
+int ib_mr_leave_pinned_active(void) { return mr_leave_pinned; }
 
 static void mr_log_failure(ib_mr_cache_t *cache, void *addr, size_t len)
 {
@@ -86,7 +115,7 @@ flx_status_t ib_mr_get(ib_mr_cache_t *cache, void *addr, size_t len, ib_mr_entry
             return FLX_OK;
         }
     }
-    if (!range_pinned(cache, start, end)) {
+    if (!cache->leave_pinned && !range_pinned(cache, start, end)) {
         /* not known to stay mapped: a registration for this message only */
         st = mr_register(cache, addr, start, end, &e);
         if (st != FLX_OK)
