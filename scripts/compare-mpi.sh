@@ -101,7 +101,7 @@ esac
 #   impl coll n rep size time_us busbw wrong p50_us
 report() {
     local res=$1 coll n
-    if [ "$statcol" = 9 ] && awk 'NF < 9 { exit 0 } END { exit 1 }' "$res"; then
+    if [ "$statcol" = 9 ] && awk 'NF < 9 { old = 1; exit } END { exit !old }' "$res"; then
         echo "$prog: error: $res has no p50 column (kept by an older version); use -s mean" >&2
         exit 1
     fi

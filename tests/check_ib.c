@@ -96,8 +96,15 @@ static int body_leave_pinned(flx_comm_h comm, int rank, int size, void *arg)
     uint64_t hits0;
 
     (void)arg;
+#ifdef FLX_HAVE_ASAN
+    /* the sanitizer's allocator ignores mallopt: the setting must say so
+     * (a warning) and stay off, and the results stay exact */
+    if (ctx->mrc.leave_pinned)
+        return mp_fail(rank, "leave pinned in force under the sanitizer's allocator");
+#else
     if (!ctx->mrc.leave_pinned)
         return mp_fail(rank, "FLX_IB_LEAVE_PINNED is set but not in force");
+#endif
     hits0 = ctx->mrc.hits;
     for (int it = 0; it < 6; it++) {
         size_t count = COUNT + (size_t)(it % 2) * 1000; /* the allocation moves, or not */
@@ -121,6 +128,8 @@ static int body_leave_pinned(flx_comm_h comm, int rank, int size, void *arg)
         }
         free(b);
     }
+    if (!ctx->mrc.leave_pinned)
+        return 0;
     if (ctx->mrc.transient != 0)
         return mp_fail(rank, "%llu registrations for one message with leave pinned",
                        (unsigned long long)ctx->mrc.transient);
@@ -133,12 +142,11 @@ static int body_leave_pinned(flx_comm_h comm, int rank, int size, void *arg)
  * this program with FLX_IB_LEAVE_PINNED in its environment */
 START_TEST(test_leave_pinned)
 {
-    const char *v = getenv("FLX_IB_LEAVE_PINNED");
     pid_t pid;
     int status;
 
     setenv("FLX_NET", "ib", 1);
-    if (v != NULL) {
+    if (getenv("FLX_TEST_LEAVE_PINNED_CHILD") != NULL) {
         ck_assert_int_eq(mp_run(2, body_leave_pinned, NULL, 300, NULL), 0);
         return;
     }
@@ -146,6 +154,7 @@ START_TEST(test_leave_pinned)
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         setenv("FLX_IB_LEAVE_PINNED", "yes", 1);
+        setenv("FLX_TEST_LEAVE_PINNED_CHILD", "1", 1);
         setenv("CK_RUN_CASE", "leave_pinned", 1);
         setenv("CK_FORK", "yes", 1);
         execl("/proc/self/exe", "check_ib", (char *)NULL);

@@ -49,6 +49,12 @@ out=$(bash "$src/scripts/compare-mpi.sh" -s p50 -R "$res" 2>&1) || fail "compare
 echo "$out" | grep -q "behind at : 2 of 2 sizes 4096 (0.89) 8192 (0.75)" ||
     fail "compare-mpi -s p50 behind list: $out"
 bash "$src/scripts/compare-mpi.sh" -s p99 -R "$res" >/dev/null 2>&1 && fail "compare-mpi -s p99 accepted"
+# results kept before the p50 column existed: -s p50 is an error, not a table of n/a
+cut -d' ' -f1-8 "$res" >"$res.old"
+out=$(bash "$src/scripts/compare-mpi.sh" -s p50 -R "$res.old" 2>&1) && fail "compare-mpi -s p50 on 8 columns: $out"
+echo "$out" | grep -q "no p50 column" || fail "compare-mpi -s p50 on 8 columns: $out"
+bash "$src/scripts/compare-mpi.sh" -R "$res.old" >/dev/null 2>&1 || fail "compare-mpi -R on 8 columns"
+rm -f "$res.old"
 rm -f "$res"
 
 out=$("$top/flx-train" --data /nonexistent/dir --epochs 1 2>&1) && fail "missing data accepted"

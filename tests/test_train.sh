@@ -37,8 +37,13 @@ train 3 flex --weight 1 --interval 20
 grep -q ",flex,artopk,\|,flex,topk-ag," "$tmp/flex-3.csv" || fail "flex --weight 1 never compressed"
 # AR-Topk with the index set voted by every rank
 train 3 artopk --leader vote
-# top-k with momentum correction: each rank's velocity compressed, masked where sent
-train 3 topk-ag --momentum-correction on
+# top-k with momentum correction: each rank's velocity compressed, masked where sent;
+# it must change the run (same seed, same data: without it the runs are identical)
+mc_on=$(train 3 topk-ag --momentum-correction on) || { echo "$mc_on"; exit 1; }
+echo "$mc_on"
+mc_off=$(train 3 topk-ag --momentum-correction off) || { echo "$mc_off"; exit 1; }
+[ "${mc_on#*accuracy}" != "${mc_off#*accuracy}" ] ||
+    fail "--momentum-correction on changed nothing: $mc_on / $mc_off"
 train 3 flex --weight 1 --interval 20 --momentum-correction on
 # selsync skipped some steps and synced others
 grep -q ",selsync,skip," "$tmp/selsync-3.csv" || fail "selsync never skipped a step"

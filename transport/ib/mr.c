@@ -12,12 +12,13 @@
  * that needs it.
  *
  * FLX_IB_LEAVE_PINNED=yes (Open MPI's "leave pinned"): a constructor,
- * before main, tells glibc to serve every allocation from the heap
- * (M_MMAP_MAX 0) and never to trim it (M_TRIM_THRESHOLD max), so memory
- * that malloc handed out keeps its pages at its address for the life of
- * the process, and every buffer's registration is cached.  A program that
- * munmaps (or malloc_trims) memory it passed to a collective must not use
- * it. */
+ * before main, tells glibc to use one arena for every thread (M_ARENA_MAX
+ * 1), to serve every allocation from its heap (M_MMAP_MAX 0) and never to
+ * trim it (M_TRIM_THRESHOLD max), so memory that malloc handed out keeps
+ * its pages at its address for the life of the process, and every
+ * buffer's registration is cached.  Not for a program that munmaps (or
+ * malloc_trims) memory it passed to a collective, nor for a library
+ * loaded with dlopen after the program allocated its buffers. */
 #include "transport/ib/ib.h"
 #include "common/config.h"
 #include "common/log.h"
@@ -41,7 +42,10 @@ __attribute__((constructor)) static void mr_leave_pinned_init(void)
 
     if (v == NULL || flx_parse_bool(v, &on) != 0 || !on) /* malformed: config.c says so */
         return;
-    mr_leave_pinned = mallopt(M_MMAP_MAX, 0) == 1 && mallopt(M_TRIM_THRESHOLD, -1) == 1;
+    /* one arena: a thread's own arena would mmap a large request whatever
+     * M_MMAP_MAX says, and munmap it on free */
+    mr_leave_pinned = mallopt(M_ARENA_MAX, 1) == 1 && mallopt(M_MMAP_MAX, 0) == 1 &&
+                      mallopt(M_TRIM_THRESHOLD, -1) == 1;
 }
 #endif
 
@@ -156,7 +160,8 @@ static flx_status_t mr_register(ib_mr_cache_t *cache, void *addr, uintptr_t star
     if (e == NULL)
         return FLX_ERR_NO_MEMORY;
     e->mr = ibv_reg_mr(cache->pd, addr, end - start, access);
-    if (e->mr == NULL && (errno == ENOMEM || errno == EAGAIN) && cache_evict_one(cache))
+    /* out of locked memory: idle cached registrations go, oldest first */
+    while (e->mr == NULL && (errno == ENOMEM || errno == EAGAIN) && cache_evict_one(cache))
         e->mr = ibv_reg_mr(cache->pd, addr, end - start, access);
     if (e->mr == NULL) {
         mr_log_failure(cache, addr, end - start);
