@@ -45,6 +45,9 @@ mc_off=$(train 3 topk-ag --momentum-correction off) || { echo "$mc_off"; exit 1;
 [ "${mc_on#*accuracy}" != "${mc_off#*accuracy}" ] ||
     fail "--momentum-correction on changed nothing: $mc_on / $mc_off"
 train 3 flex --weight 1 --interval 20 --momentum-correction on
+out=$("$top/flx-train" --synthetic --epochs 1 --max-steps 5 --model mlp:16 --policy topk-ag \
+      --momentum-correction on 2>&1) || fail "momentum correction, 1 rank: $out"
+echo "$out" | grep -q "policy topk-ag with momentum correction" || fail "no momentum correction line: $out"
 # selsync skipped some steps and synced others
 grep -q ",selsync,skip," "$tmp/selsync-3.csv" || fail "selsync never skipped a step"
 # the CNN on 4000 Fashion-MNIST images (the synthetic task has no image structure)

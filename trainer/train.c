@@ -567,10 +567,11 @@ int main(int argc, char **argv)
     }
     if (r.rank == 0) {
         printf("flx-train: %d ranks over %s, %s: %zu train / %zu test examples, %s "
-               "(%zu parameters), batch %zu per rank, policy %s\n",
+               "(%zu parameters), batch %zu per rank, policy %s%s\n",
                r.size, flx_comm_net_name(r.comm), r.o.synthetic ? "synthetic task" : r.o.data_dir,
                r.train.n, r.test.n, nn_describe(r.nn), nn_nparams(r.nn), r.o.batch,
-               policy_name(r.o.sync.policy));
+               policy_name(r.o.sync.policy),
+               r.o.momentum_correction ? " with momentum correction" : "");
         fflush(stdout);
     }
     r.t_start = flx_time_now();
