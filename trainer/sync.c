@@ -383,14 +383,10 @@ flx_status_t sync_after_update(sync_t *s, sync_report_t *r)
     return st;
 }
 
-int sync_momentum_correction(policy_t p, int requested)
+int sync_policy_topk(policy_t p)
 {
-    int topk = p == POL_TOPK_AG || p == POL_ARTOPK || p == POL_ACCORDION || p == POL_GRAVAC ||
-               p == POL_FLEX;
-
-    if (!topk)
-        return requested == 1 ? -1 : 0;
-    return requested == 1;
+    return p == POL_TOPK_AG || p == POL_ARTOPK || p == POL_ACCORDION || p == POL_GRAVAC ||
+           p == POL_FLEX;
 }
 
 void sync_mask_velocity(sync_t *s, const sync_report_t *r, float *velocity)

@@ -66,9 +66,9 @@ flx_status_t sync_gradients(sync_t *s, double compute_s, sync_report_t *r);
 /* After the optimiser's update: SelSync averages the weights on the steps
  * it syncs; no-op for the other policies. */
 flx_status_t sync_after_update(sync_t *s, sync_report_t *r);
-/* Whether momentum correction (DGC) runs: requested is -1 (the default:
- * off), 0 or 1; 1 for a policy without top-k is an error (-1 returned). */
-int sync_momentum_correction(policy_t p, int requested);
+/* Whether the policy compresses by top-k with error feedback (what
+ * momentum correction needs). */
+int sync_policy_topk(policy_t p);
 /* Momentum correction after a sync: the velocity of every position this
  * rank sent is zeroed (DGC's momentum factor masking), so that what was
  * sent is not applied again through the momentum; no-op for a dense step,

@@ -43,7 +43,7 @@ typedef struct {
     long eval_every;
     double time_limit;
     int check_sync;
-    int momentum_correction;  /* -1: the policy's default, 0 off, 1 on */
+    int momentum_correction;  /* DGC's, top-k policies only; default off */
     sync_opts_t sync;
 } train_opts_t;
 
@@ -150,7 +150,7 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
 
     *o = (train_opts_t){.data_dir = FLX_FMNIST_DIR, .epochs = 2, .batch = 64, .lr = 0.05,
                         .momentum = 0.9, .weight_decay = 5e-4, .model = "mlp:256,256",
-                        .seed = 1, .max_steps = -1, .momentum_correction = -1};
+                        .seed = 1, .max_steps = -1};
     o->sync = (sync_opts_t){.policy = POL_DENSE, .algo = FLX_ALGO_AUTO,
                             .bucket_bytes = 4u << 20, .kept = 0.01, .psgd_rank = 4,
                             .leader = FLX_LEADER_STAR, .weight = 0.5, .eta = 0.5,
@@ -224,8 +224,7 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         fprintf(stderr, "flx-train: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
-    o->momentum_correction = sync_momentum_correction(o->sync.policy, o->momentum_correction);
-    if (o->momentum_correction < 0) {
+    if (o->momentum_correction && !sync_policy_topk(o->sync.policy)) {
         fprintf(stderr, "flx-train: --momentum-correction on needs a top-k policy (topk-ag, "
                         "artopk, accordion, gravac or flex), not %s\n",
                 policy_name(o->sync.policy));
@@ -348,6 +347,16 @@ static int run_evaluate(run_t *r, double *acc_p)
     return st == FLX_OK ? 0 : -1;
 }
 
+/* velocity = momentum velocity + gradient + weight decay */
+static void momentum_step(const train_opts_t *o, float *velocity, const float *grads,
+                          const float *params, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float g = grads[i] + (float)o->weight_decay * params[i];
+        velocity[i] = (float)o->momentum * velocity[i] + g;
+    }
+}
+
 static int train(run_t *r)
 {
     const train_opts_t *o = &r->o;
@@ -395,23 +404,19 @@ static int train(run_t *r)
             t0 = flx_time_now();
             loss = nn_train_batch(r->nn, xb, yb, o->batch, &c, sync_grad_ready, r->sync);
             t1 = flx_time_now();
-            if (o->momentum_correction) /* each rank's velocity is what it compresses */
-                for (size_t i = 0; i < n; i++) {
-                    float g = grads[i] + (float)o->weight_decay * params[i];
-                    velocity[i] = (float)o->momentum * velocity[i] + g;
-                    grads[i] = velocity[i];
-                }
+            if (o->momentum_correction) { /* each rank's velocity is what it compresses */
+                momentum_step(o, velocity, grads, params, n);
+                memcpy(grads, velocity, n * sizeof(float));
+            }
             st = sync_gradients(r->sync, t1 - t0, &rep);
             if (st == FLX_OK && o->momentum_correction) {
                 sync_mask_velocity(r->sync, &rep, velocity);
                 for (size_t i = 0; i < n; i++)
                     params[i] -= (float)lr * grads[i];
             } else if (st == FLX_OK) {
-                for (size_t i = 0; i < n; i++) {
-                    float g = grads[i] + (float)o->weight_decay * params[i];
-                    velocity[i] = (float)o->momentum * velocity[i] + g;
+                momentum_step(o, velocity, grads, params, n);
+                for (size_t i = 0; i < n; i++)
                     params[i] -= (float)lr * velocity[i];
-                }
             }
             if (st == FLX_OK)
                 st = sync_after_update(r->sync, &rep);
