@@ -79,6 +79,12 @@ static const cfg_field_t cfg_table[] = {
      OFF(ib_recv_depth), 0, 8, 4096, NULL},
     {"IB_REG_CACHE", "256", "ib: registered buffers kept for reuse (least recently used evicted); 0 registers "
      "per message", CFG_INT, OFF(ib_reg_cache), 0, 0, 1 << 20, NULL},
+    {"IB_STAGE_SLOTS", "16", "ib: registered staging buffers of FLX_IB_STAGE_SIZE bytes; a large message "
+     "whose buffer has no cached registration is copied through one instead of being registered for "
+     "that message (allocated at first use); 0 registers per message", CFG_INT, OFF(ib_stage_slots), 0,
+     0, 4096, NULL},
+    {"IB_STAGE_SIZE", "512k", "ib: size of one staging buffer, the largest message staged (the default "
+     "is FLX_CHUNK_SIZE's, so every pipelined chunk fits)", CFG_SIZE, OFF(ib_stage_size), 0, 0, 0, NULL},
     {"IB_SPIN", "2ms", "ib: busy-poll the completion queue this long (yielding the core) before sleeping "
      "on the completion channel", CFG_TIME, OFF(ib_spin_s), 0, 0, 0, NULL},
     {"IB_LEAVE_PINNED", "no", "ib: cache the registration of every buffer, not only flx_mem_register'ed "

@@ -35,6 +35,8 @@ typedef struct {
     int ib_recv_depth;          /* FLX_IB_RECV_DEPTH: receives posted per peer */
     int ib_reg_cache;           /* FLX_IB_REG_CACHE: cached registrations, 0 = off */
     double ib_spin_s;           /* FLX_IB_SPIN: busy-poll of the CQ before sleeping */
+    int ib_stage_slots;         /* FLX_IB_STAGE_SLOTS: staging buffers, 0 = off */
+    size_t ib_stage_size;       /* FLX_IB_STAGE_SIZE: bytes per staging buffer */
     int ib_leave_pinned;        /* FLX_IB_LEAVE_PINNED: cache every buffer's registration */
     int ib_qps_per_peer;        /* FLX_IB_QPS_PER_PEER: large writes striped over them */
 } flx_config_t;

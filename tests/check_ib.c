@@ -1,6 +1,7 @@
 /* check_ib.c -- ib-specific behaviour on real verbs (run in the SoftRoCE VM;
  * exits 77, SKIP, where no RDMA port is active): the registration cache
- * reuses and evicts registrations, a QP forced into the error state turns
+ * reuses and evicts registrations, unregistered buffers go through
+ * staging slots (or, all busy, a registration per message), a QP forced into the error state turns
  * into FLX_ERR_PEER_LOST on every rank, results stay exact on the RDMA
  * write path. */
 #include "tests/mp.h"
@@ -61,21 +62,106 @@ static int body_regcache(flx_comm_h comm, int rank, int size, void *arg)
             return mp_fail(rank, "flx_mem_deregister failed");
         free(bufs[b]);
     }
-    /* an unregistered buffer: registered per message, never cached */
-    {
-        uint64_t t0 = ctx->mrc.transient;
-        float *tmp = malloc(COUNT * sizeof(float));
-        for (int i = 0; i < COUNT; i++)
-            tmp[i] = 1.0f;
-        if (flx_allreduce(comm, tmp, tmp, COUNT, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RD) != FLX_OK ||
-            tmp[COUNT - 1] != (float)size)
+    /* an unregistered buffer: never cached; its 256 KiB message goes
+     * through a staging slot, a 1 MiB one (over FLX_IB_STAGE_SIZE) gets a
+     * registration for that message */
+    for (int big = 0; big < 2; big++) {
+        uint64_t t0 = ctx->mrc.transient, s0 = ctx->mrc.stage.staged;
+        size_t count = big ? 4 * COUNT : COUNT;
+        float *tmp = malloc(count * sizeof(float));
+        for (size_t i = 0; i < count; i++)
+            tmp[i] = (float)(rank + 1) * (float)(i % 3);
+        if (flx_allreduce(comm, tmp, tmp, count, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RD) != FLX_OK)
             return mp_fail(rank, "allreduce on an unregistered buffer failed");
-        if (ctx->mrc.transient == t0)
-            return mp_fail(rank, "an unregistered buffer was served from the cache");
+        for (size_t i = 0; i < count; i++)
+            if (tmp[i] != (float)(size * (size + 1) / 2) * (float)(i % 3))
+                return mp_fail(rank, "unregistered buffer: wrong sum at %zu: %g", i, tmp[i]);
+        if (!big && (ctx->mrc.stage.staged == s0 || ctx->mrc.transient != t0))
+            return mp_fail(rank, "256 KiB unregistered: %llu staged, %llu registered per message",
+                           (unsigned long long)(ctx->mrc.stage.staged - s0),
+                           (unsigned long long)(ctx->mrc.transient - t0));
+        if (big && (ctx->mrc.stage.staged != s0 || ctx->mrc.transient == t0))
+            return mp_fail(rank, "1 MiB unregistered: %llu staged, %llu registered per message",
+                           (unsigned long long)(ctx->mrc.stage.staged - s0),
+                           (unsigned long long)(ctx->mrc.transient - t0));
         free(tmp);
     }
     return 0;
 }
+
+/* Large messages of unregistered buffers through staging slots: with
+ * FLX_IB_STAGE_SLOTS=2 of 64 KiB (arg: 2) pipelined chunks find both busy
+ * and take a registration per message instead; with 0 (arg: 0) every one is
+ * registered per message.  Every result exact, every slot back afterwards. */
+static int body_staging(flx_comm_h comm, int rank, int size, void *arg)
+{
+    const int slots = *(const int *)arg;
+    const size_t counts[] = {4097, 16384, 16385, (1u << 18) + 3}; /* 16 KiB .. 1 MiB */
+    tl_ctx_t *ctx = ib_ctx(comm);
+
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+        size_t count = counts[c];
+        float *src = malloc(count * sizeof(float));
+        float *dst = malloc(count * (size_t)size * sizeof(float));
+
+        if (src == NULL || dst == NULL)
+            return mp_fail(rank, "no memory");
+        for (int algo = FLX_ALGO_RING; algo <= FLX_ALGO_RD; algo++) {
+            for (size_t i = 0; i < count; i++)
+                src[i] = (float)(rank * 100 + (int)(i % 97));
+            if (flx_allreduce(comm, src, dst, count, FLX_FLOAT32, FLX_SUM, (flx_algo_t)algo) != FLX_OK)
+                return mp_fail(rank, "allreduce of %zu (algo %d) failed", count, algo);
+            for (size_t i = 0; i < count; i++) {
+                float want = (float)(100 * size * (size - 1) / 2 + size * (int)(i % 97));
+                if (dst[i] != want)
+                    return mp_fail(rank, "allreduce of %zu (algo %d): element %zu is %g, not %g",
+                                   count, algo, i, dst[i], want);
+            }
+            if (algo == FLX_ALGO_TREE)
+                continue; /* allgather: ring and Bruck */
+            memset(dst, 0, count * (size_t)size * sizeof(float));
+            if (flx_allgather(comm, src, dst, count, FLX_FLOAT32, (flx_algo_t)algo) != FLX_OK)
+                return mp_fail(rank, "allgather of %zu (algo %d) failed", count, algo);
+            for (int r = 0; r < size; r++)
+                for (size_t i = 0; i < count; i++)
+                    if (dst[(size_t)r * count + i] != (float)(r * 100 + (int)(i % 97)))
+                        return mp_fail(rank, "allgather of %zu (algo %d): rank %d's element %zu "
+                                       "is %g", count, algo, r, i, dst[(size_t)r * count + i]);
+        }
+        free(src);
+        free(dst);
+    }
+    if (slots == 0 && (ctx->mrc.stage.staged != 0 || ctx->mrc.transient == 0))
+        return mp_fail(rank, "staging off: %llu staged, %llu registered per message",
+                       (unsigned long long)ctx->mrc.stage.staged,
+                       (unsigned long long)ctx->mrc.transient);
+    if (slots > 0 && (ctx->mrc.stage.staged == 0 || ctx->mrc.stage.full == 0 ||
+                      ctx->mrc.transient == 0 || ctx->mrc.stage.nfree != slots))
+        return mp_fail(rank, "%d staging slots: %llu staged, %llu found them busy, %llu "
+                       "registered per message, %d of %d free at the end", slots,
+                       (unsigned long long)ctx->mrc.stage.staged,
+                       (unsigned long long)ctx->mrc.stage.full,
+                       (unsigned long long)ctx->mrc.transient, ctx->mrc.stage.nfree, slots);
+    return 0;
+}
+
+START_TEST(test_staging)
+{
+    static const int slots[2] = {2, 0};
+    const char *names[2] = {"2", "0"};
+
+    setenv("FLX_NET", "ib", 1);
+    setenv("FLX_IB_STAGE_SIZE", "64k", 1);
+    setenv("FLX_CHUNK_SIZE", "64k", 1);
+    for (int i = 0; i < 2; i++) {
+        setenv("FLX_IB_STAGE_SLOTS", names[i], 1);
+        ck_assert_int_eq(mp_run(3, body_staging, (void *)&slots[i], 300, NULL), 0);
+    }
+    unsetenv("FLX_IB_STAGE_SIZE");
+    unsetenv("FLX_IB_STAGE_SLOTS");
+    unsetenv("FLX_CHUNK_SIZE");
+}
+END_TEST
 
 START_TEST(test_regcache)
 {
@@ -213,6 +299,7 @@ int main(void)
     tc = tcase_create("verbs");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_regcache);
+    tcase_add_test(tc, test_staging);
     tcase_add_test(tc, test_qp_error);
     suite_add_tcase(s, tc);
     tc = tcase_create("leave_pinned");

@@ -29,6 +29,7 @@ enum { WR_RECV = 1, WR_SEND = 2, WR_WRITE = 3 };
 #define RQ_REMOTE 3  /* large send: remote address                      */
 #define RQ_RKEY_ID 4 /* large send: rkey << 32 | imm id                 */
 #define RQ_PIECES 5  /* large send: bytes posted << 16 | pieces in flight */
+#define RQ_STAGE 6   /* large message: staging slot + 1 (0: none)         */
 #define F_LARGE 1u
 #define F_HAVE_CTS 2u
 
@@ -100,17 +101,62 @@ static void list_remove(tl_req_t **head, tl_req_t **tail, tl_req_t *r)
 
 /* ---- failure ---------------------------------------------------------------- */
 
-/* A failed large request's registration: a cached one is released, a
- * transient one waits for teardown, after the QPs are gone (the device may
- * still be reading or writing it until then). */
-static void mr_drop_failed(tl_ctx_t *ctx, tl_req_t *r)
+/* The memory of a large message: its cached registration where there is
+ * one, else a staging slot (a send's payload is copied in now), else a
+ * registration for this message only. */
+static flx_status_t large_mem_get(tl_ctx_t *ctx, tl_req_t *r)
+{
+    ib_mr_entry_t *mr;
+    flx_status_t st = ib_mr_get_cached(&ctx->mrc, r->buf, r->len, &mr);
+    int idx;
+    char *slot;
+
+    if (st == FLX_ERR_NOT_FOUND && (slot = ib_stage_get(&ctx->mrc, r->len, &idx, &mr)) != NULL) {
+        if (r->is_send)
+            memcpy(slot, r->buf, r->len);
+        r->priv[RQ_STAGE] = (uint64_t)idx + 1;
+        st = FLX_OK;
+    } else if (st == FLX_ERR_NOT_FOUND) {
+        st = ib_mr_get(&ctx->mrc, r->buf, r->len, &mr);
+    }
+    if (st == FLX_OK)
+        r->priv[RQ_MR] = (uintptr_t)mr;
+    return st;
+}
+
+/* where the device reads (send) or writes (receive) a large message */
+static char *large_mem_addr(const tl_ctx_t *ctx, const tl_req_t *r)
+{
+    if (r->priv[RQ_STAGE])
+        return ib_stage_addr(&ctx->mrc, (int)r->priv[RQ_STAGE] - 1);
+    return r->buf;
+}
+
+enum { MEM_UNUSED, MEM_DELIVERED, MEM_FAILED };
+
+/* A large request is done with its memory.  MEM_DELIVERED: a staged
+ * receive's payload is copied out.  MEM_FAILED: a late RDMA write may
+ * still land in the memory, or the device still read it, so a staging slot
+ * is never used again and a registration for this message waits for
+ * teardown, after the QPs are gone; a cached registration is released. */
+static void large_mem_done(tl_ctx_t *ctx, tl_req_t *r, int how)
 {
     ib_mr_entry_t *mr = (ib_mr_entry_t *)(uintptr_t)r->priv[RQ_MR];
 
     if (!(r->priv[RQ_FLAGS] & F_LARGE) || mr == NULL)
         return;
     r->priv[RQ_MR] = 0;
-    if (mr->transient) {
+    if (r->priv[RQ_STAGE]) {
+        int idx = (int)r->priv[RQ_STAGE] - 1;
+        r->priv[RQ_STAGE] = 0;
+        if (how == MEM_FAILED) {
+            ctx->mrc.stage.quarantined++;
+            return;
+        }
+        if (how == MEM_DELIVERED && !r->is_send)
+            memcpy(r->buf, ib_stage_addr(&ctx->mrc, idx), r->len);
+        ib_stage_put(&ctx->mrc, idx);
+    } else if (mr->transient && how == MEM_FAILED) {
         mr->next = ctx->mr_dead;
         ctx->mr_dead = mr;
     } else {
@@ -128,7 +174,7 @@ static void conn_fail_all(tl_ctx_t *ctx, ib_conn_t *c, flx_status_t st)
     for (int l = 0; l < 3; l++)
         for (tl_req_t *r = lists[l], *next; r; r = next) {
             next = r->next;
-            mr_drop_failed(ctx, r);
+            large_mem_done(ctx, r, MEM_FAILED);
             req_finish(r, st);
         }
     c->posted_head = c->posted_tail = NULL;
@@ -180,7 +226,7 @@ static void fail_from_seq(tl_ctx_t *ctx, flx_status_t st, uint32_t seq)
                         posted_done(ctx, c, r, st);
                     } else {
                         list_remove(heads[l], tails[l], r);
-                        mr_drop_failed(ctx, r);
+                        large_mem_done(ctx, r, MEM_FAILED);
                         req_finish(r, st);
                     }
                 }
@@ -291,7 +337,8 @@ static flx_status_t post_write_pieces(tl_ctx_t *ctx, ib_conn_t *c, tl_req_t *r)
         int last = posted + n == r->len;
         int q = last ? 0 : (int)((posted / piece_max) % (size_t)ctx->nqps);
         struct ibv_qp *qp = q == 0 ? c->qp : c->xqp[q];
-        struct ibv_sge sge = {.addr = (uintptr_t)r->buf + posted, .length = (uint32_t)n,
+        struct ibv_sge sge = {.addr = (uintptr_t)large_mem_addr(ctx, r) + posted,
+                              .length = (uint32_t)n,
                               .lkey = mr->mr->lkey};
         struct ibv_send_wr wr, *bad;
 
@@ -337,7 +384,7 @@ static flx_status_t conn_flush(tl_ctx_t *ctx, ib_conn_t *c)
         if (!can_send(ctx, c, 2))
             break;
         hdr_from_tag(&h, IB_MSG_CTS, &r->tag, r->len);
-        h.addr = (uintptr_t)r->buf;
+        h.addr = (uintptr_t)large_mem_addr(ctx, r);
         h.rkey = ((ib_mr_entry_t *)(uintptr_t)r->priv[RQ_MR])->mr->rkey;
         h.id = (uint32_t)r->priv[RQ_RKEY_ID];
         st = post_msg(ctx, c, &h, NULL, 0, 0);
@@ -436,15 +483,13 @@ static flx_status_t ib_isend(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, const
         return st;
     }
     if (len > ctx->eager_max) {
-        ib_mr_entry_t *mr;
         req->priv[RQ_FLAGS] = F_LARGE;
-        st = ib_mr_get(&ctx->mrc, (void *)buf, len, &mr);
+        st = large_mem_get(ctx, req);
         if (st != FLX_OK) {
             req_finish(req, st);
             ib_fail(ctx, st, "registration");
             return st;
         }
-        req->priv[RQ_MR] = (uintptr_t)mr;
         /* the receiver may have asked already */
         for (ib_cts_t **pp = &c->cts_head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next) {
             ib_cts_t *cts = *pp;
@@ -512,10 +557,10 @@ static flx_status_t ib_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void 
         return FLX_ERR_PEER_LOST;
     }
     if (len > ctx->eager_max) {
-        ib_mr_entry_t *mr;
         uint32_t id;
         int tries = 0;
-        st = ib_mr_get(&ctx->mrc, buf, len, &mr);
+        req->priv[RQ_FLAGS] = F_LARGE;
+        st = large_mem_get(ctx, req);
         if (st != FLX_OK) {
             req_finish(req, st);
             ib_fail(ctx, st, "registration");
@@ -526,14 +571,11 @@ static flx_status_t ib_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void 
         } while (ctx->rdv[id].req && ++tries < ctx->rdv_slots);
         if (ctx->rdv[id].req) {
             flx_error(NET, ctx->rank, "more than %d large receives outstanding", ctx->rdv_slots);
-            ib_mr_put(&ctx->mrc, mr);
+            large_mem_done(ctx, req, MEM_UNUSED);
             req_finish(req, FLX_ERR_NO_MEMORY);
             return FLX_ERR_NO_MEMORY;
         }
         ctx->rdv[id].req = req;
-        ctx->rdv[id].mr = mr;
-        req->priv[RQ_FLAGS] = F_LARGE;
-        req->priv[RQ_MR] = (uintptr_t)mr;
         req->priv[RQ_RKEY_ID] = id;
         req->priv[RQ_LINK] = 1; /* CTS to send */
     }
@@ -550,7 +592,7 @@ static void posted_done(tl_ctx_t *ctx, ib_conn_t *c, tl_req_t *r, flx_status_t s
     if (r->priv[RQ_FLAGS] & F_LARGE) {
         uint32_t id = (uint32_t)r->priv[RQ_RKEY_ID];
         if (ctx->rdv[id].req == r) {
-            ib_mr_put(&ctx->mrc, ctx->rdv[id].mr);
+            large_mem_done(ctx, r, st == FLX_OK ? MEM_DELIVERED : MEM_FAILED);
             ctx->rdv[id].req = NULL;
         }
     }
@@ -675,7 +717,7 @@ static void handle_wc(tl_ctx_t *ctx, const struct ibv_wc *wc)
         c->writes_inflight--;
         if ((r->priv[RQ_PIECES] >> 16) == r->len && (r->priv[RQ_PIECES] & 0xffff) == 0) {
             list_remove(&c->rdv_head, &c->rdv_tail, r);
-            ib_mr_put(&ctx->mrc, (ib_mr_entry_t *)(uintptr_t)r->priv[RQ_MR]);
+            large_mem_done(ctx, r, MEM_DELIVERED);
             req_finish(r, FLX_OK);
         }
         return;
@@ -917,6 +959,8 @@ flx_status_t ib_resources_create(tl_ctx_t *ctx)
     ctx->mrc.max_entries = ctx->cfg.ib_reg_cache;
     ctx->mrc.rank = ctx->rank;
     ctx->mrc.leave_pinned = ctx->cfg.ib_leave_pinned && ib_mr_leave_pinned_active();
+    ctx->mrc.stage.nslots = ctx->cfg.ib_stage_slots;
+    ctx->mrc.stage.slot_size = ctx->cfg.ib_stage_size;
     if (ctx->cfg.ib_leave_pinned && !ctx->mrc.leave_pinned)
         flx_warn(NET, ctx->rank, "FLX_IB_LEAVE_PINNED is on but was not in the environment when the "
                  "program started (or this C library has no mallopt): buffers not registered with "

@@ -10,7 +10,10 @@
  *                               buffer and SENDs a CTS {tag, addr, rkey,
  *                               len, id}; the sender RDMA-WRITEs the payload
  *                               straight into it, the last write carrying
- *                               IMM = id, which completes the receive
+ *                               IMM = id, which completes the receive.  A
+ *                               buffer with no cached registration is
+ *                               copied through a registered staging slot
+ *                               instead (on either side, or both)
  *
  * Every SEND and WRITE_WITH_IMM consumes a receive the peer pre-posted:
  * credits count them; returned credits ride on every header, or in a CREDIT
@@ -60,6 +63,23 @@ typedef struct {
     uintptr_t start, end;
 } ib_range_t;
 
+/* Staging buffers (mr.c): one registered block of nslots slots.  A large
+ * message whose buffer has no cached registration is copied into a slot
+ * (send) or out of it (receive) instead of registering the buffer for that
+ * one message. */
+typedef struct {
+    char *base;
+    ib_mr_entry_t *entry; /* the block's registration (not in the cache)  */
+    size_t slot_size;     /* FLX_IB_STAGE_SIZE                            */
+    int nslots;           /* FLX_IB_STAGE_SLOTS; 0 = off                  */
+    int *free_idx;        /* stack of free slots                          */
+    int nfree;
+    int broken;           /* the block could not be set up: off           */
+    uint64_t staged;      /* messages that went through a slot            */
+    uint64_t full;        /* ... that found every slot busy (registered)  */
+    uint64_t quarantined; /* slots of failed requests, never reused       */
+} ib_stage_t;
+
 typedef struct {
     struct ibv_pd *pd;
     ib_mr_entry_t *head;
@@ -71,9 +91,22 @@ typedef struct {
     int leave_pinned;     /* FLX_IB_LEAVE_PINNED in force: cache all     */
     ib_range_t *pinned;   /* ranges promised to stay mapped (cacheable)  */
     int npinned, cap_pinned;
+    ib_stage_t stage;
 } ib_mr_cache_t;
 
+/* A registration covering [addr, addr + len): cached where the range may
+ * be cached, else one for this message (entry->transient). */
 flx_status_t ib_mr_get(ib_mr_cache_t *cache, void *addr, size_t len, ib_mr_entry_t **entry_p);
+/* The same, but FLX_ERR_NOT_FOUND where only a registration for this
+ * message would do (nothing is registered then). */
+flx_status_t ib_mr_get_cached(ib_mr_cache_t *cache, void *addr, size_t len,
+                              ib_mr_entry_t **entry_p);
+/* A free staging slot for len bytes (its index in *idx_p, the block's
+ * registration in *entry_p), or NULL: staging off or broken, len too big,
+ * every slot busy (counted).  The block is registered at first use. */
+char *ib_stage_get(ib_mr_cache_t *cache, size_t len, int *idx_p, ib_mr_entry_t **entry_p);
+char *ib_stage_addr(const ib_mr_cache_t *cache, int idx);
+void ib_stage_put(ib_mr_cache_t *cache, int idx);
 void ib_mr_put(ib_mr_cache_t *cache, ib_mr_entry_t *entry);
 void ib_mr_cache_flush(ib_mr_cache_t *cache);
 /* Whether FLX_IB_LEAVE_PINNED was on when the program started and glibc
@@ -127,7 +160,6 @@ typedef struct {
 /* a receive waiting for the peer's RDMA write, found by the IMM id */
 typedef struct {
     tl_req_t *req;
-    ib_mr_entry_t *mr;
 } ib_rdv_slot_t;
 
 typedef struct {

@@ -8,8 +8,12 @@
  * flx_mem_register() and the library's own scratch memory.  They are
  * keyed by address range, bounded by FLX_IB_REG_CACHE entries, and the
  * least recently used idle one is evicted first (it is registered again on
- * its next use).  Any other buffer gets a registration for the one message
- * that needs it.
+ * its next use).  Any other buffer's large message is copied through a
+ * staging slot: FLX_IB_STAGE_SLOTS buffers of FLX_IB_STAGE_SIZE bytes in one
+ * block, registered once at first use (NCCL's way with unregistered
+ * memory; a memcpy costs less than an ibv_reg_mr + ibv_dereg_mr pair at
+ * these sizes).  Only a message bigger than a slot, or one that finds every
+ * slot busy, gets a registration for that one message.
  *
  * FLX_IB_LEAVE_PINNED=yes (Open MPI's "leave pinned"): a constructor,
  * before main, tells glibc to use one arena for every thread (M_ARENA_MAX
@@ -104,7 +108,22 @@ static int range_pinned(const ib_mr_cache_t *cache, uintptr_t start, uintptr_t e
 static flx_status_t mr_register(ib_mr_cache_t *cache, void *addr, uintptr_t start,
                                 uintptr_t end, ib_mr_entry_t **entry_p);
 
+static flx_status_t mr_get(ib_mr_cache_t *cache, void *addr, size_t len, int transient_ok,
+                           ib_mr_entry_t **entry_p);
+
 flx_status_t ib_mr_get(ib_mr_cache_t *cache, void *addr, size_t len, ib_mr_entry_t **entry_p)
+{
+    return mr_get(cache, addr, len, 1, entry_p);
+}
+
+flx_status_t ib_mr_get_cached(ib_mr_cache_t *cache, void *addr, size_t len,
+                              ib_mr_entry_t **entry_p)
+{
+    return mr_get(cache, addr, len, 0, entry_p);
+}
+
+static flx_status_t mr_get(ib_mr_cache_t *cache, void *addr, size_t len, int transient_ok,
+                           ib_mr_entry_t **entry_p)
 {
     uintptr_t start = (uintptr_t)addr, end = start + (len ? len : 1);
     ib_mr_entry_t *e;
@@ -121,6 +140,8 @@ flx_status_t ib_mr_get(ib_mr_cache_t *cache, void *addr, size_t len, ib_mr_entry
     }
     if (!cache->leave_pinned && !range_pinned(cache, start, end)) {
         /* not known to stay mapped: a registration for this message only */
+        if (!transient_ok)
+            return FLX_ERR_NOT_FOUND;
         st = mr_register(cache, addr, start, end, &e);
         if (st != FLX_OK)
             return st;
@@ -229,8 +250,75 @@ flx_status_t ib_mr_unpin(ib_mr_cache_t *cache, void *addr)
     return FLX_OK;
 }
 
+/* ---- staging --------------------------------------------------------------- */
+
+static int stage_setup(ib_mr_cache_t *cache)
+{
+    ib_stage_t *sg = &cache->stage;
+    size_t bytes = (size_t)sg->nslots * sg->slot_size;
+
+    sg->free_idx = malloc((size_t)sg->nslots * sizeof(*sg->free_idx));
+    if (sg->free_idx == NULL || posix_memalign((void **)&sg->base, 4096, bytes) != 0) {
+        sg->base = NULL;
+        flx_warn(NET, cache->rank, "ib: no memory for %d staging buffers of %zu bytes: large "
+                 "messages of unregistered buffers are registered per message", sg->nslots,
+                 sg->slot_size);
+        return -1;
+    }
+    if (mr_register(cache, sg->base, (uintptr_t)sg->base, (uintptr_t)sg->base + bytes,
+                    &sg->entry) != FLX_OK) {
+        flx_warn(NET, cache->rank, "ib: staging buffers (%zu bytes) cannot be registered: large "
+                 "messages of unregistered buffers are registered per message", bytes);
+        return -1;
+    }
+    for (int i = 0; i < sg->nslots; i++)
+        sg->free_idx[i] = sg->nslots - 1 - i;
+    sg->nfree = sg->nslots;
+    return 0;
+}
+
+char *ib_stage_get(ib_mr_cache_t *cache, size_t len, int *idx_p, ib_mr_entry_t **entry_p)
+{
+    ib_stage_t *sg = &cache->stage;
+
+    if (sg->nslots == 0 || sg->broken || len > sg->slot_size)
+        return NULL;
+    if (sg->entry == NULL && stage_setup(cache) != 0) {
+        sg->broken = 1;
+        return NULL;
+    }
+    if (sg->nfree == 0) {
+        sg->full++;
+        return NULL;
+    }
+    *idx_p = sg->free_idx[--sg->nfree];
+    *entry_p = sg->entry;
+    sg->staged++;
+    return ib_stage_addr(cache, *idx_p);
+}
+
+char *ib_stage_addr(const ib_mr_cache_t *cache, int idx)
+{
+    return cache->stage.base + (size_t)idx * cache->stage.slot_size;
+}
+
+void ib_stage_put(ib_mr_cache_t *cache, int idx)
+{
+    cache->stage.free_idx[cache->stage.nfree++] = idx;
+}
+
 void ib_mr_cache_flush(ib_mr_cache_t *cache)
 {
+    ib_stage_t *sg = &cache->stage;
+
+    if (sg->entry)
+        entry_free(sg->entry);
+    free(sg->base);
+    free(sg->free_idx);
+    sg->entry = NULL;
+    sg->base = NULL;
+    sg->free_idx = NULL;
+    sg->nfree = 0;
     while (cache->head) {
         ib_mr_entry_t *e = cache->head;
         cache->head = e->next;
