@@ -17,7 +17,8 @@ static const char *const knobs[] = {
     "LOG_LEVEL", "LOG_SUBSYS", "RANK", "SIZE", "ROOT", "JOB_SECRET", "SOCKET_IFNAME", "NET",
     "ALGO", "TIMEOUT", "CONNECT_TIMEOUT", "HANDSHAKE_TIMEOUT", "CHUNK_SIZE", "TCP_SOCKBUF",
     "CALIBRATE", "ALPHA", "BETA", "SPIN", "IB_HCA", "IB_GID_INDEX", "IB_EAGER",
-    "IB_RECV_DEPTH", "IB_REG_CACHE", "IB_SPIN", "IB_QPS_PER_PEER",
+    "IB_RECV_DEPTH", "IB_REG_CACHE", "IB_STAGE_SLOTS", "IB_STAGE_SIZE", "IB_SPIN",
+    "IB_QPS_PER_PEER", "IB_LEAVE_PINNED",
 };
 #define KNOB_COUNT (sizeof(knobs) / sizeof(knobs[0]))
 

@@ -25,7 +25,7 @@ enum { WR_RECV = 1, WR_SEND = 2, WR_WRITE = 3 };
 /* request state in priv[] */
 #define RQ_MR 0      /* ib_mr_entry_t * of a large message              */
 #define RQ_FLAGS 1
-#define RQ_LINK 2    /* second list link (receives waiting to send CTS) */
+#define RQ_LINK 2    /* large receive: 1 CTS to send, 2 memory to attach at the RTS */
 #define RQ_REMOTE 3  /* large send: remote address                      */
 #define RQ_RKEY_ID 4 /* large send: rkey << 32 | imm id                 */
 #define RQ_PIECES 5  /* large send: bytes posted << 16 | pieces in flight */
@@ -103,14 +103,24 @@ static void list_remove(tl_req_t **head, tl_req_t **tail, tl_req_t *r)
 
 /* The memory of a large message: its cached registration where there is
  * one, else a staging slot (a send's payload is copied in now), else a
- * registration for this message only. */
-static flx_status_t large_mem_get(tl_ctx_t *ctx, tl_req_t *r)
+ * registration for this message only.  A slot is held only while the data
+ * moves: a send takes it when the receiver's CTS is here, a receive when
+ * it sends its CTS.  early: a receive being posted, before the sender is
+ * known to be ready; it takes a slot only while more than half are free,
+ * else FLX_ERR_NOT_FOUND (nothing attached: attach at the RTS), so that
+ * receives posted far ahead (a ring's allgather) leave slots to those
+ * whose data comes first. */
+static flx_status_t large_mem_get(tl_ctx_t *ctx, tl_req_t *r, int early)
 {
+    const ib_stage_t *sg = &ctx->mrc.stage;
     ib_mr_entry_t *mr;
     flx_status_t st = ib_mr_get_cached(&ctx->mrc, r->buf, r->len, &mr);
     int idx;
     char *slot;
 
+    if (st == FLX_ERR_NOT_FOUND && early && r->len <= sg->slot_size && sg->nslots > 0 &&
+        !sg->broken && sg->entry != NULL && 2 * sg->nfree <= sg->nslots)
+        return FLX_ERR_NOT_FOUND;
     if (st == FLX_ERR_NOT_FOUND && (slot = ib_stage_get(&ctx->mrc, r->len, &idx, &mr)) != NULL) {
         if (r->is_send)
             memcpy(slot, r->buf, r->len);
@@ -410,9 +420,13 @@ static flx_status_t conn_flush(tl_ctx_t *ctx, ib_conn_t *c)
             req_finish(r, FLX_OK); /* the payload sits in the bounce slot */
     }
     /* large sends with a CTS: RDMA-write into the receiver's buffer */
-    for (tl_req_t *r = c->rdv_head; r && st == FLX_OK; r = r->next)
-        if (r->priv[RQ_FLAGS] & F_HAVE_CTS)
-            st = post_write_pieces(ctx, c, r);
+    for (tl_req_t *r = c->rdv_head; r && st == FLX_OK; r = r->next) {
+        if (!(r->priv[RQ_FLAGS] & F_HAVE_CTS))
+            continue;
+        if (r->priv[RQ_MR] == 0 && (st = large_mem_get(ctx, r, 0)) != FLX_OK)
+            break;
+        st = post_write_pieces(ctx, c, r);
+    }
     /* give receives back when they pile up and nothing else carries them */
     if (st == FLX_OK && c->to_return >= ctx->recv_depth / 2 && can_send(ctx, c, 1)) {
         ib_hdr_t h;
@@ -483,9 +497,13 @@ static flx_status_t ib_isend(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, const
         return st;
     }
     if (len > ctx->eager_max) {
+        ib_mr_entry_t *mr;
         req->priv[RQ_FLAGS] = F_LARGE;
-        st = large_mem_get(ctx, req);
-        if (st != FLX_OK) {
+        /* a cached registration now; else memory when the CTS is here */
+        st = ib_mr_get_cached(&ctx->mrc, (void *)buf, len, &mr);
+        if (st == FLX_OK)
+            req->priv[RQ_MR] = (uintptr_t)mr;
+        else if (st != FLX_ERR_NOT_FOUND) {
             req_finish(req, st);
             ib_fail(ctx, st, "registration");
             return st;
@@ -496,8 +514,11 @@ static flx_status_t ib_isend(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, const
             if (cts->hdr.seq != tag->seq || cts->hdr.step != tag->step)
                 continue;
             st = cts_attach(ctx, c, req, &cts->hdr);
-            if (st != FLX_OK)
+            if (st != FLX_OK) { /* the context failed: nothing was posted */
+                large_mem_done(ctx, req, MEM_UNUSED);
+                req_finish(req, st);
                 return st;
+            }
             *pp = cts->next;
             if (c->cts_tail == cts)
                 c->cts_tail = prev;
@@ -515,6 +536,7 @@ static flx_status_t ib_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void 
 {
     ib_conn_t *c = &ctx->conns[peer];
     ib_unexp_t **pp, *prev = NULL;
+    int rts_seen = 0;
     flx_status_t st;
 
     req_init(req, peer, 0, tag, buf, len);
@@ -547,6 +569,7 @@ static flx_status_t ib_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void 
             return FLX_OK;
         }
         free(u);
+        rts_seen = 1;
         break;
     }
     if (c->bye || c->eof) {
@@ -560,8 +583,9 @@ static flx_status_t ib_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void 
         uint32_t id;
         int tries = 0;
         req->priv[RQ_FLAGS] = F_LARGE;
-        st = large_mem_get(ctx, req);
-        if (st != FLX_OK) {
+        /* the sender's RTS already here (rts_seen): it is ready, no waiting */
+        st = large_mem_get(ctx, req, !rts_seen);
+        if (st != FLX_OK && st != FLX_ERR_NOT_FOUND) {
             req_finish(req, st);
             ib_fail(ctx, st, "registration");
             return st;
@@ -577,7 +601,7 @@ static flx_status_t ib_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void 
         }
         ctx->rdv[id].req = req;
         req->priv[RQ_RKEY_ID] = id;
-        req->priv[RQ_LINK] = 1; /* CTS to send */
+        req->priv[RQ_LINK] = st == FLX_OK ? 1 : 2; /* CTS to send, or memory at the RTS */
     }
     list_append(&c->posted_head, &c->posted_tail, req);
     return conn_flush(ctx, c);
@@ -619,8 +643,15 @@ static flx_status_t handle_data_hdr(tl_ctx_t *ctx, ib_conn_t *c, const ib_hdr_t 
             if (h->len)
                 memcpy(r->buf, payload, h->len);
             posted_done(ctx, c, r, FLX_OK);
+        } else if (r->priv[RQ_LINK] == 2) { /* the sender is ready: memory, then CTS */
+            flx_status_t st = large_mem_get(ctx, r, 0);
+            if (st != FLX_OK) {
+                ib_fail(ctx, st, "registration");
+                return st;
+            }
+            r->priv[RQ_LINK] = 1;
         }
-        return FLX_OK; /* an RTS only confirms the receive we posted */
+        return FLX_OK; /* an RTS otherwise confirms the receive we posted */
     }
     if (c->posted_head && (int32_t)(h->seq - c->posted_head->tag.seq) > 0) {
         flx_error(NET, ctx->rank, "rank %d is already at collective #%u while this rank waits "
@@ -981,6 +1012,11 @@ static flx_status_t ib_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t **
         flx_error(NET, boot->rank, "FLX_IB_EAGER=%zu is over the 1 MiB limit", cfg->ib_eager);
         return FLX_ERR_CONFIG;
     }
+    if (cfg->ib_stage_size > ((size_t)1 << 26)) {
+        flx_error(NET, boot->rank, "FLX_IB_STAGE_SIZE=%zu is over the 64 MiB limit",
+                  cfg->ib_stage_size);
+        return FLX_ERR_CONFIG;
+    }
     (void)ibv_fork_init(); /* registrations stay valid in the parent across fork() */
     ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL)
@@ -1084,6 +1120,11 @@ static void ib_destroy(tl_ctx_t *ctx)
         ctx->mr_dead = mr->next;
         ib_mr_put(&ctx->mrc, mr);
     }
+    flx_info(NET, ctx->rank, "ib: registrations: %llu cache hits, %llu misses, %llu evictions, "
+             "%llu for one message; staging: %llu messages, %llu found every slot busy",
+             (unsigned long long)ctx->mrc.hits, (unsigned long long)ctx->mrc.misses,
+             (unsigned long long)ctx->mrc.evictions, (unsigned long long)ctx->mrc.transient,
+             (unsigned long long)ctx->mrc.stage.staged, (unsigned long long)ctx->mrc.stage.full);
     ib_mr_cache_flush(&ctx->mrc);
     if (ctx->send_mr)
         ibv_dereg_mr(ctx->send_mr);

@@ -13,7 +13,9 @@
  *                               IMM = id, which completes the receive.  A
  *                               buffer with no cached registration is
  *                               copied through a registered staging slot
- *                               instead (on either side, or both)
+ *                               instead (on either side, or both); such a
+ *                               receive may wait for the sender's RTS
+ *                               before it takes a slot and sends its CTS
  *
  * Every SEND and WRITE_WITH_IMM consumes a receive the peer pre-posted:
  * credits count them; returned credits ride on every header, or in a CREDIT
