@@ -9,6 +9,10 @@
  * allgather, step s = 0..N-2:
  *     send segment (r-s), receive segment (r-s-1) straight into place and
  *     forward it chunk by chunk at step s+1.
+ * The allreduce runs the two as one pipeline (as NCCL's ring does): the
+ * allgather's receives are posted first, and each chunk of segment r goes
+ * out as the allgather's step 0 as soon as its last reduction is done,
+ * instead of after the whole reduce-scatter.
  */
 #include "collectives/coll.h"
 #include "collectives/topo.h"
@@ -19,9 +23,14 @@
 #include <string.h>
 
 typedef struct {
-    size_t elems;     /* elements per chunk */
-    size_t nchunks;   /* of the largest segment */
-} ring_chunking_t;
+    size_t elems;             /* elements per chunk                          */
+    size_t nch;               /* chunks of the largest segment               */
+    tl_req_t *rs_rreq[2];     /* reduce-scatter: receives of two steps       */
+    tl_req_t *rs_sreq;        /* ... sends, (n-1) steps of nch               */
+    char *tmp[2];             /* ... the two steps' receive buffers          */
+    tl_req_t *ag_rreq;        /* allgather: receives, (n-1) steps of nch     */
+    tl_req_t *ag_sreq;        /* ... sends                                   */
+} ring_ws_t;
 
 static size_t seg_chunks(size_t len, size_t elems) { return FLX_DIV_ROUND_UP(len, elems); }
 
@@ -31,32 +40,115 @@ static void chunk_range(size_t seg_len, size_t elems, size_t j, size_t *off_p, s
     *len_p = FLX_MIN(elems, seg_len - *off_p);
 }
 
-flx_status_t coll_ring_reduce_scatter(flx_comm_h comm, void *buf, const size_t *off,
-                                      const size_t *len, flx_dtype_t dtype, flx_op_t op,
-                                      uint32_t phase0)
+/* Chunking and scratch for a reduce-scatter (rs), an allgather (ag) or
+ * both; 0 with nothing to move (every segment empty). */
+static flx_status_t ring_ws(flx_comm_h comm, const size_t *len, size_t es, int rs, int ag,
+                            ring_ws_t *w, size_t *maxlen_p)
+{
+    const size_t n = (size_t)comm->size;
+    size_t maxlen = 0, nreq;
+    tl_req_t *req;
+
+    memset(w, 0, sizeof(*w));
+    for (size_t i = 0; i < n; i++)
+        maxlen = FLX_MAX(maxlen, len[i]);
+    *maxlen_p = maxlen;
+    if (maxlen == 0)
+        return FLX_OK;
+    w->elems = coll_chunk_elems(comm, es, maxlen);
+    w->nch = seg_chunks(maxlen, w->elems);
+    /* requests first (aligned), then the reduce-scatter's two buffers */
+    nreq = (rs ? (n + 1) * w->nch : 0) + (ag ? 2 * (n - 1) * w->nch : 0);
+    req = coll_scratch(comm, nreq * sizeof(tl_req_t) + (rs ? 2 * maxlen * es : 0));
+    if (req == NULL)
+        return FLX_ERR_NO_MEMORY;
+    if (rs) {
+        w->rs_rreq[0] = req;
+        w->rs_rreq[1] = req + w->nch;
+        w->rs_sreq = req + 2 * w->nch; /* (n-1) steps of nch sends */
+        req += (n + 1) * w->nch;
+    }
+    if (ag) {
+        w->ag_rreq = req;
+        w->ag_sreq = req + (n - 1) * w->nch;
+        req += 2 * (n - 1) * w->nch;
+    }
+    if (rs) {
+        w->tmp[0] = (char *)req;
+        w->tmp[1] = w->tmp[0] + maxlen * es;
+    }
+    return FLX_OK;
+}
+
+/* allgather, step 0: chunk j of our own segment r goes to the next rank */
+static flx_status_t ag_send_own(flx_comm_h comm, char *base, const size_t *off, const size_t *len,
+                                size_t es, uint32_t phase0, const ring_ws_t *w, size_t j)
+{
+    const int r = comm->rank;
+    size_t co, cl;
+
+    chunk_range(len[r], w->elems, j, &co, &cl);
+    return coll_send(comm, topo_ring_next(r, comm->size), COLL_STEP(phase0, j),
+                     base + (off[r] + co) * es, cl * es, &w->ag_sreq[j]);
+}
+
+/* The allgather's receives, step s = 0..N-2 into segment r-s-1.  post:
+ * post them all (each lands in its final place, so all go up front; safe
+ * before the reduce-scatter is over, because a segment's final value comes
+ * back only after this rank's part of it has gone out).  Else wait for
+ * each and forward it as step s+1. */
+static flx_status_t ag_recvs(flx_comm_h comm, char *base, const size_t *off, const size_t *len,
+                             size_t es, uint32_t phase0, const ring_ws_t *w, int post)
 {
     const int n = comm->size, r = comm->rank;
     const int next = topo_ring_next(r, n), prev = topo_ring_prev(r, n);
-    const size_t es = flx_dtype_size(dtype);
-    size_t maxlen = 0, elems, nch;
-    char *base = buf, *tmp[2];
-    tl_req_t *rreq[2], *sreq;
     flx_status_t st = FLX_OK;
 
-    for (int i = 0; i < n; i++)
-        maxlen = FLX_MAX(maxlen, len[i]);
-    if (maxlen == 0)
-        return FLX_OK;
-    elems = coll_chunk_elems(comm, es, maxlen);
-    nch = seg_chunks(maxlen, elems);
-    /* requests first (aligned), then two receive buffers */
-    rreq[0] = coll_scratch(comm, (size_t)(n + 1) * nch * sizeof(tl_req_t) + 2 * maxlen * es);
-    if (rreq[0] == NULL)
-        return FLX_ERR_NO_MEMORY;
-    rreq[1] = rreq[0] + nch;
-    sreq = rreq[1] + nch; /* (n-1) steps of nch sends */
-    tmp[0] = (char *)(sreq + (size_t)(n - 1) * nch);
-    tmp[1] = tmp[0] + maxlen * es;
+    for (int s = 0; s < n - 1 && st == FLX_OK; s++) {
+        int rseg = topo_mod(r - s - 1, n);
+        for (size_t j = 0; j < seg_chunks(len[rseg], w->elems) && st == FLX_OK; j++) {
+            tl_req_t *rq = &w->ag_rreq[(size_t)s * w->nch + j];
+            size_t co, cl;
+            char *p;
+            chunk_range(len[rseg], w->elems, j, &co, &cl);
+            p = base + (off[rseg] + co) * es;
+            if (post)
+                st = coll_recv(comm, prev, COLL_STEP(phase0 + s, j), p, cl * es, rq);
+            else if ((st = coll_wait(comm, rq)) == FLX_OK && s + 1 < n - 1)
+                st = coll_send(comm, next, COLL_STEP(phase0 + s + 1, j), p, cl * es,
+                               &w->ag_sreq[(size_t)(s + 1) * w->nch + j]);
+        }
+    }
+    return st;
+}
+
+/* allgather after step 0's sends: forward each chunk as it arrives, then
+ * wait until every send is out */
+static flx_status_t ag_forward(flx_comm_h comm, char *base, const size_t *off, const size_t *len,
+                               size_t es, uint32_t phase0, const ring_ws_t *w)
+{
+    const int n = comm->size, r = comm->rank;
+    flx_status_t st = ag_recvs(comm, base, off, len, es, phase0, w, 0);
+
+    for (int s = 0; s < n - 1 && st == FLX_OK; s++) {
+        int sseg = topo_mod(r - s, n);
+        st = coll_waitall(comm, &w->ag_sreq[(size_t)s * w->nch], seg_chunks(len[sseg], w->elems));
+    }
+    return st;
+}
+
+/* The reduce-scatter.  ag_phase0 (fused allreduce; 0 = plain): each chunk
+ * of our own segment is finished (FLX_AVG's division) and sent as the
+ * allgather's step 0 the moment its last reduction is done, so the
+ * allgather starts while the reduce-scatter's last chunks still move. */
+static flx_status_t ring_rs(flx_comm_h comm, char *base, const size_t *off, const size_t *len,
+                            flx_dtype_t dtype, flx_op_t op, uint32_t phase0,
+                            const ring_ws_t *w, uint32_t ag_phase0)
+{
+    const int n = comm->size, r = comm->rank;
+    const int next = topo_ring_next(r, n), prev = topo_ring_prev(r, n);
+    const size_t es = flx_dtype_size(dtype), elems = w->elems, nch = w->nch;
+    flx_status_t st = FLX_OK;
 
     /* step 0 sends our own segment r-1 */
     {
@@ -65,95 +157,83 @@ flx_status_t coll_ring_reduce_scatter(flx_comm_h comm, void *buf, const size_t *
             size_t co, cl;
             chunk_range(len[sseg], elems, j, &co, &cl);
             st = coll_send(comm, next, COLL_STEP(phase0, j), base + (off[sseg] + co) * es,
-                           cl * es, &sreq[j]);
+                           cl * es, &w->rs_sreq[j]);
         }
     }
     for (int s = 0; s < n - 1 && st == FLX_OK; s++) {
         int rseg = topo_mod(r - 2 - s, n);
         size_t rch = seg_chunks(len[rseg], elems);
-        char *t = tmp[s & 1];
+        char *t = w->tmp[s & 1];
 
         for (size_t j = 0; j < rch && st == FLX_OK; j++) {
             size_t co, cl;
             chunk_range(len[rseg], elems, j, &co, &cl);
             st = coll_recv(comm, prev, COLL_STEP(phase0 + s, j), t + co * es, cl * es,
-                           &rreq[s & 1][j]);
+                           &w->rs_rreq[s & 1][j]);
         }
         for (size_t j = 0; j < rch && st == FLX_OK; j++) {
             size_t co, cl;
             char *dst;
             chunk_range(len[rseg], elems, j, &co, &cl);
-            st = coll_wait(comm, &rreq[s & 1][j]);
+            st = coll_wait(comm, &w->rs_rreq[s & 1][j]);
             if (st != FLX_OK)
                 break;
             dst = base + (off[rseg] + co) * es;
             flx_reduce(dst, t + co * es, cl, dtype, op);
-            if (s + 1 < n - 1)
+            if (s + 1 < n - 1) {
                 st = coll_send(comm, next, COLL_STEP(phase0 + s + 1, j), dst, cl * es,
-                               &sreq[(size_t)(s + 1) * nch + j]);
+                               &w->rs_sreq[(size_t)(s + 1) * nch + j]);
+            } else if (ag_phase0) { /* rseg == r: this chunk is final */
+                flx_reduce_finish(dst, cl, dtype, op, n);
+                st = ag_send_own(comm, base, off, len, es, ag_phase0, w, j);
+            }
         }
     }
-    /* every send must be out before the caller overwrites the segments */
+    return st;
+}
+
+/* every reduce-scatter send must be out before the caller overwrites the
+ * segments */
+static flx_status_t rs_wait_sends(flx_comm_h comm, const size_t *len, const ring_ws_t *w)
+{
+    const int n = comm->size, r = comm->rank;
+    flx_status_t st = FLX_OK;
+
     for (int s = 0; s < n - 1 && st == FLX_OK; s++) {
         int sseg = topo_mod(r - 1 - s, n);
-        st = coll_waitall(comm, &sreq[(size_t)s * nch], seg_chunks(len[sseg], elems));
+        st = coll_waitall(comm, &w->rs_sreq[(size_t)s * w->nch], seg_chunks(len[sseg], w->elems));
     }
     return st;
+}
+
+flx_status_t coll_ring_reduce_scatter(flx_comm_h comm, void *buf, const size_t *off,
+                                      const size_t *len, flx_dtype_t dtype, flx_op_t op,
+                                      uint32_t phase0)
+{
+    ring_ws_t w;
+    size_t maxlen;
+    flx_status_t st = ring_ws(comm, len, flx_dtype_size(dtype), 1, 0, &w, &maxlen);
+
+    if (st != FLX_OK || maxlen == 0)
+        return st;
+    st = ring_rs(comm, buf, off, len, dtype, op, phase0, &w, 0);
+    return st == FLX_OK ? rs_wait_sends(comm, len, &w) : st;
 }
 
 flx_status_t coll_ring_allgather(flx_comm_h comm, void *buf, const size_t *off,
                                  const size_t *len, size_t es, uint32_t phase0)
 {
-    const int n = comm->size, r = comm->rank;
-    const int next = topo_ring_next(r, n), prev = topo_ring_prev(r, n);
-    size_t maxlen = 0, elems, nch;
-    char *base = buf;
-    tl_req_t *rreq, *sreq;
-    flx_status_t st = FLX_OK;
+    ring_ws_t w;
+    size_t maxlen;
+    flx_status_t st = ring_ws(comm, len, es, 0, 1, &w, &maxlen);
 
-    for (int i = 0; i < n; i++)
-        maxlen = FLX_MAX(maxlen, len[i]);
-    if (maxlen == 0)
-        return FLX_OK;
-    elems = coll_chunk_elems(comm, es, maxlen);
-    nch = seg_chunks(maxlen, elems);
-    rreq = coll_scratch(comm, 2 * (size_t)(n - 1) * nch * sizeof(tl_req_t));
-    if (rreq == NULL)
-        return FLX_ERR_NO_MEMORY;
-    sreq = rreq + (size_t)(n - 1) * nch;
-
-    /* every receive lands in its final place: post them all up front */
-    for (int s = 0; s < n - 1 && st == FLX_OK; s++) {
-        int rseg = topo_mod(r - s - 1, n);
-        for (size_t j = 0; j < seg_chunks(len[rseg], elems) && st == FLX_OK; j++) {
-            size_t co, cl;
-            chunk_range(len[rseg], elems, j, &co, &cl);
-            st = coll_recv(comm, prev, COLL_STEP(phase0 + s, j), base + (off[rseg] + co) * es,
-                           cl * es, &rreq[(size_t)s * nch + j]);
-        }
-    }
-    for (size_t j = 0; j < seg_chunks(len[r], elems) && st == FLX_OK; j++) {
-        size_t co, cl;
-        chunk_range(len[r], elems, j, &co, &cl);
-        st = coll_send(comm, next, COLL_STEP(phase0, j), base + (off[r] + co) * es, cl * es,
-                       &sreq[j]);
-    }
-    for (int s = 0; s < n - 1 && st == FLX_OK; s++) {
-        int rseg = topo_mod(r - s - 1, n);
-        for (size_t j = 0; j < seg_chunks(len[rseg], elems) && st == FLX_OK; j++) {
-            size_t co, cl;
-            chunk_range(len[rseg], elems, j, &co, &cl);
-            st = coll_wait(comm, &rreq[(size_t)s * nch + j]);
-            if (st == FLX_OK && s + 1 < n - 1)
-                st = coll_send(comm, next, COLL_STEP(phase0 + s + 1, j),
-                               base + (off[rseg] + co) * es, cl * es,
-                               &sreq[(size_t)(s + 1) * nch + j]);
-        }
-    }
-    for (int s = 0; s < n - 1 && st == FLX_OK; s++) {
-        int sseg = topo_mod(r - s, n);
-        st = coll_waitall(comm, &sreq[(size_t)s * nch], seg_chunks(len[sseg], elems));
-    }
+    if (st != FLX_OK || maxlen == 0)
+        return st;
+    st = ag_recvs(comm, buf, off, len, es, phase0, &w, 1);
+    for (size_t j = 0; j < seg_chunks(len[comm->rank], w.elems) && st == FLX_OK; j++)
+        st = ag_send_own(comm, buf, off, len, es, phase0, &w, j);
+    if (st == FLX_OK)
+        st = ag_forward(comm, buf, off, len, es, phase0, &w);
     return st;
 }
 
@@ -180,14 +260,28 @@ flx_status_t coll_allreduce_ring(flx_comm_h comm, void *buf, size_t count,
     size_t *off, *len;
     flx_status_t st;
 
+    ring_ws_t w;
+    size_t maxlen;
+
     st = ring_segments(comm, count, &off, &len);
     if (st != FLX_OK)
         return st;
-    st = coll_ring_reduce_scatter(comm, buf, off, len, dtype, op, 0);
-    if (st == FLX_OK) {
-        flx_reduce_finish((char *)buf + off[comm->rank] * es, len[comm->rank], dtype, op, n);
-        st = coll_ring_allgather(comm, buf, off, len, es, (uint32_t)n);
+    if (n == 1) {
+        flx_reduce_finish(buf, count, dtype, op, n);
+        free(off);
+        return FLX_OK;
     }
+    /* one pipeline: the allgather's receives are posted first, and each
+     * chunk of our segment goes back out as soon as it is reduced */
+    st = ring_ws(comm, len, es, 1, 1, &w, &maxlen);
+    if (st == FLX_OK && maxlen > 0)
+        st = ag_recvs(comm, buf, off, len, es, (uint32_t)n, &w, 1);
+    if (st == FLX_OK && maxlen > 0)
+        st = ring_rs(comm, buf, off, len, dtype, op, 0, &w, (uint32_t)n);
+    if (st == FLX_OK && maxlen > 0)
+        st = ag_forward(comm, buf, off, len, es, (uint32_t)n, &w);
+    if (st == FLX_OK && maxlen > 0)
+        st = rs_wait_sends(comm, len, &w);
     free(off);
     return st;
 }
