@@ -468,53 +468,120 @@ static int unexp_grow(tl_ctx_t *ctx, tcp_conn_t *c)
     return 0;
 }
 
-/* Read what the socket has, up to a budget.  0 ok, -1 failed. */
+/* n bytes of a header arrived (copied into c->rhdr already): dispatch it
+ * once complete.  0 ok, -1 failed. */
+static int conn_header_bytes(tl_ctx_t *ctx, tcp_conn_t *c, size_t n)
+{
+    c->rhdr_got += n;
+    if (c->rhdr_got < sizeof(c->rhdr))
+        return 0;
+    if (conn_dispatch_header(ctx, c) != 0)
+        return -1;
+    if (c->rhdr.type != TCP_MSG_DATA)
+        c->rhdr_got = 0;
+    else if (c->rhdr.len == 0)
+        conn_payload_done(c);
+    return 0;
+}
+
+/* Where the current payload's next bytes go (*room of them), after
+ * making room in an unexpected buffer.  NULL on failure. */
+static char *conn_payload_dst(tl_ctx_t *ctx, tcp_conn_t *c, size_t *room)
+{
+    size_t len = c->rhdr.len, got;
+
+    if (c->rreq) {
+        got = c->rreq->done_bytes;
+        *room = len - got;
+        return (char *)c->rreq->buf + got;
+    }
+    if (unexp_grow(ctx, c) != 0)
+        return NULL;
+    got = c->runexp->got;
+    *room = FLX_MIN(c->runexp->cap, len) - got;
+    return c->runexp->buf + got;
+}
+
+static void conn_payload_bytes(tcp_conn_t *c, size_t n)
+{
+    size_t got;
+
+    if (c->rreq)
+        got = c->rreq->done_bytes += n;
+    else
+        got = c->runexp->got += n;
+    if (got == c->rhdr.len)
+        conn_payload_done(c);
+}
+
+/* Read what the socket has, up to a budget.  0 ok, -1 failed (or the
+ * context failed; a failed context never reads again).  Bytes go
+ * through the read-ahead buffer unless a long payload is being received;
+ * a read that returns less than it asked for drained the socket, so no
+ * further recv() (it would only say EAGAIN) is made this time. */
 static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c)
 {
     size_t budget = (size_t)16 << 20;
+    int drained = 0;
 
-    while (budget > 0 && ctx->err == FLX_OK) {
-        ssize_t n;
+    if (c->ra == NULL && (c->ra = malloc(TCP_READAHEAD)) == NULL) {
+        flx_error(NET, ctx->rank, "no memory for a %d-byte receive buffer", TCP_READAHEAD);
+        tcp_fail(ctx, FLX_ERR_NO_MEMORY, "read-ahead buffer");
+        return -1;
+    }
+    while (ctx->err == FLX_OK) {
         int in_payload = c->rreq != NULL || c->runexp != NULL;
+        size_t avail = c->ra_len - c->ra_off, want;
+        ssize_t n;
+        char *dst;
 
-        if (!in_payload) {
-            n = recv(c->fd, (char *)&c->rhdr + c->rhdr_got, sizeof(c->rhdr) - c->rhdr_got, 0);
-        } else {
-            size_t len = c->rhdr.len;
-            char *dst;
-            size_t got, end;
-            if (c->runexp && unexp_grow(ctx, c) != 0)
-                return -1;
-            dst = c->rreq ? c->rreq->buf : c->runexp->buf;
-            got = c->rreq ? c->rreq->done_bytes : c->runexp->got;
-            end = c->rreq ? len : c->runexp->cap;
-            n = len > got ? recv(c->fd, dst + got, end - got, 0) : 0;
+        if (in_payload && c->rhdr.len == (c->rreq ? c->rreq->done_bytes : c->runexp->got)) {
+            conn_payload_done(c); /* empty payload */
+            continue;
+        }
+        if (avail > 0) { /* use what was read ahead */
+            if (!in_payload) {
+                want = FLX_MIN(avail, sizeof(c->rhdr) - c->rhdr_got);
+                memcpy((char *)&c->rhdr + c->rhdr_got, c->ra + c->ra_off, want);
+                c->ra_off += want;
+                if (conn_header_bytes(ctx, c, want) != 0)
+                    return -1;
+            } else {
+                size_t room;
+                if ((dst = conn_payload_dst(ctx, c, &room)) == NULL)
+                    return -1;
+                want = FLX_MIN(avail, room);
+                memcpy(dst, c->ra + c->ra_off, want);
+                c->ra_off += want;
+                conn_payload_bytes(c, want);
+            }
+            continue;
+        }
+        /* everything read is used: read more unless drained, or other
+         * connections' turn (no byte is ever left in the buffer, since a
+         * level-triggered poll would not come back for it) */
+        if (drained || budget == 0)
+            return 0;
+        if (in_payload && (dst = conn_payload_dst(ctx, c, &want)) != NULL &&
+            want >= TCP_READAHEAD) {
+            n = recv(c->fd, dst, want, 0); /* a long payload: straight into place */
             if (n > 0) {
-                if (c->rreq)
-                    c->rreq->done_bytes += (size_t)n;
-                else
-                    c->runexp->got += (size_t)n;
-                if (got + (size_t)n == len)
-                    conn_payload_done(c);
+                drained = (size_t)n < want;
+                conn_payload_bytes(c, (size_t)n);
                 budget -= FLX_MIN(budget, (size_t)n);
                 continue;
             }
-            if (len == got) {  /* empty payload */
-                conn_payload_done(c);
+        } else if (in_payload && ctx->err != FLX_OK) {
+            return -1; /* conn_payload_dst failed */
+        } else {
+            n = recv(c->fd, c->ra, TCP_READAHEAD, 0);
+            if (n > 0) {
+                c->ra_off = 0;
+                c->ra_len = (size_t)n;
+                drained = n < TCP_READAHEAD;
+                budget -= FLX_MIN(budget, (size_t)n);
                 continue;
             }
-        }
-        if (n > 0) {
-            c->rhdr_got += (size_t)n;
-            if (c->rhdr_got == sizeof(c->rhdr)) {
-                if (conn_dispatch_header(ctx, c) != 0)
-                    return -1;
-                if (c->rhdr.type != TCP_MSG_DATA)
-                    c->rhdr_got = 0;
-                else if (c->rhdr.len == 0)
-                    conn_payload_done(c);
-            }
-            continue;
         }
         if (n == 0) {
             c->eof = 1;
@@ -673,6 +740,7 @@ static void tcp_destroy(tl_ctx_t *ctx)
             free(u);
             u = next;
         }
+        free(c->ra);
         if (c->fd >= 0)
             close(c->fd);
     }

@@ -54,7 +54,15 @@ typedef struct {
     size_t rhdr_got;
     tl_req_t *rreq;           /* posted receive taking the payload     */
     tcp_unexp_t *runexp;      /* or the unexpected buffer taking it    */
+    char *ra;                 /* read-ahead: bytes read, not yet used  */
+    size_t ra_off, ra_len;    /* [ra_off, ra_len) unused                */
 } tcp_conn_t;
+
+/* Headers and short payloads are read TCP_READAHEAD bytes at a time into a
+ * buffer, so that one recv() usually takes a whole small message (and the
+ * next header); a payload at least this long is received straight into
+ * its destination. */
+#define TCP_READAHEAD 4096
 
 struct tl_ctx {
     int rank;
