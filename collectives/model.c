@@ -115,13 +115,20 @@ double model_allreduce_time_ab(flx_algo_t algo, int n, double bytes, model_ab_t 
     return c0 + a * ab.alpha + b * ab.inv_bw;
 }
 
+/* With 2 ranks the tree is a reduce to one rank and a broadcast back: two
+ * steps where recursive doubling takes one, and no more bandwidth than the
+ * ring, so it is never picked there, whatever a noisy fit says (its 8 B fit
+ * coming out below rd's once made 2-rank small allreduces take two trips). */
 flx_algo_t model_pick_allreduce_ab(int n, double bytes, const model_ab_t ar[MODEL_NAR], double chunk)
 {
     flx_algo_t best = FLX_ALGO_RING;
     double best_t = 1e300;
 
     for (int i = 0; i < MODEL_NAR; i++) {
-        double t = model_allreduce_time_ab((flx_algo_t)(FLX_ALGO_RING + i), n, bytes, ar[i], chunk);
+        double t;
+        if (n == 2 && FLX_ALGO_RING + i == FLX_ALGO_TREE)
+            continue;
+        t = model_allreduce_time_ab((flx_algo_t)(FLX_ALGO_RING + i), n, bytes, ar[i], chunk);
         if (t < best_t) {
             best_t = t;
             best = (flx_algo_t)(FLX_ALGO_RING + i);

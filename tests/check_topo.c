@@ -554,6 +554,10 @@ START_TEST(test_model_fit_per_algorithm)
     ar[FLX_ALGO_TREE - FLX_ALGO_RING].alpha = ALPHA / 10;
     ck_assert_int_eq(model_pick_allreduce_ab(4, 8, ar, CHUNK), FLX_ALGO_TREE);
     ck_assert_int_eq(model_pick_allreduce_ab(4, 64.0 * (1 << 20), ar, CHUNK), FLX_ALGO_RING);
+    /* but not with 2 ranks, where it takes two steps to rd's one */
+    ck_assert_int_eq(model_pick_allreduce_ab(2, 8, ar, CHUNK), FLX_ALGO_RD);
+    for (double s = 1; s <= 1e9; s *= 5.3)
+        ck_assert_int_ne(model_pick_allreduce_ab(2, s, ar, CHUNK), FLX_ALGO_TREE);
 }
 END_TEST
 

@@ -517,8 +517,8 @@ static void conn_payload_bytes(tcp_conn_t *c, size_t n)
 /* Read what the socket has, up to a budget.  0 ok, -1 failed (or the
  * context failed; a failed context never reads again).  Bytes go
  * through the read-ahead buffer unless a long payload is being received;
- * a read that returns less than it asked for drained the socket, so no
- * further recv() (it would only say EAGAIN) is made this time. */
+ * a read-ahead that returns less than it asked for drained the socket, so
+ * no further recv() (it would only say EAGAIN) is made this time. */
 static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c)
 {
     size_t budget = (size_t)16 << 20;
@@ -565,8 +565,7 @@ static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c)
         if (in_payload && (dst = conn_payload_dst(ctx, c, &want)) != NULL &&
             want >= TCP_READAHEAD) {
             n = recv(c->fd, dst, want, 0); /* a long payload: straight into place */
-            if (n > 0) {
-                drained = (size_t)n < want;
+            if (n > 0) { /* (the sender is likely still writing: read on until EAGAIN) */
                 conn_payload_bytes(c, (size_t)n);
                 budget -= FLX_MIN(budget, (size_t)n);
                 continue;
