@@ -41,9 +41,9 @@ static void chunk_range(size_t seg_len, size_t elems, size_t j, size_t *off_p, s
 }
 
 /* Chunking and scratch for a reduce-scatter (rs), an allgather (ag) or
- * both; 0 with nothing to move (every segment empty). */
+ * both; w->nch is 0 when there is nothing to move (every segment empty). */
 static flx_status_t ring_ws(flx_comm_h comm, const size_t *len, size_t es, int rs, int ag,
-                            ring_ws_t *w, size_t *maxlen_p)
+                            ring_ws_t *w)
 {
     const size_t n = (size_t)comm->size;
     size_t maxlen = 0, nreq;
@@ -52,7 +52,6 @@ static flx_status_t ring_ws(flx_comm_h comm, const size_t *len, size_t es, int r
     memset(w, 0, sizeof(*w));
     for (size_t i = 0; i < n; i++)
         maxlen = FLX_MAX(maxlen, len[i]);
-    *maxlen_p = maxlen;
     if (maxlen == 0)
         return FLX_OK;
     w->elems = coll_chunk_elems(comm, es, maxlen);
@@ -211,10 +210,9 @@ flx_status_t coll_ring_reduce_scatter(flx_comm_h comm, void *buf, const size_t *
                                       uint32_t phase0)
 {
     ring_ws_t w;
-    size_t maxlen;
-    flx_status_t st = ring_ws(comm, len, flx_dtype_size(dtype), 1, 0, &w, &maxlen);
+    flx_status_t st = ring_ws(comm, len, flx_dtype_size(dtype), 1, 0, &w);
 
-    if (st != FLX_OK || maxlen == 0)
+    if (st != FLX_OK || w.nch == 0)
         return st;
     st = ring_rs(comm, buf, off, len, dtype, op, phase0, &w, 0);
     return st == FLX_OK ? rs_wait_sends(comm, len, &w) : st;
@@ -224,10 +222,9 @@ flx_status_t coll_ring_allgather(flx_comm_h comm, void *buf, const size_t *off,
                                  const size_t *len, size_t es, uint32_t phase0)
 {
     ring_ws_t w;
-    size_t maxlen;
-    flx_status_t st = ring_ws(comm, len, es, 0, 1, &w, &maxlen);
+    flx_status_t st = ring_ws(comm, len, es, 0, 1, &w);
 
-    if (st != FLX_OK || maxlen == 0)
+    if (st != FLX_OK || w.nch == 0)
         return st;
     st = ag_recvs(comm, buf, off, len, es, phase0, &w, 1);
     for (size_t j = 0; j < seg_chunks(len[comm->rank], w.elems) && st == FLX_OK; j++)
@@ -258,10 +255,8 @@ flx_status_t coll_allreduce_ring(flx_comm_h comm, void *buf, size_t count,
     const int n = comm->size;
     const size_t es = flx_dtype_size(dtype);
     size_t *off, *len;
-    flx_status_t st;
-
     ring_ws_t w;
-    size_t maxlen;
+    flx_status_t st;
 
     st = ring_segments(comm, count, &off, &len);
     if (st != FLX_OK)
@@ -273,15 +268,16 @@ flx_status_t coll_allreduce_ring(flx_comm_h comm, void *buf, size_t count,
     }
     /* one pipeline: the allgather's receives are posted first, and each
      * chunk of our segment goes back out as soon as it is reduced */
-    st = ring_ws(comm, len, es, 1, 1, &w, &maxlen);
-    if (st == FLX_OK && maxlen > 0)
+    st = ring_ws(comm, len, es, 1, 1, &w);
+    if (st == FLX_OK && w.nch > 0) {
         st = ag_recvs(comm, buf, off, len, es, (uint32_t)n, &w, 1);
-    if (st == FLX_OK && maxlen > 0)
-        st = ring_rs(comm, buf, off, len, dtype, op, 0, &w, (uint32_t)n);
-    if (st == FLX_OK && maxlen > 0)
-        st = ag_forward(comm, buf, off, len, es, (uint32_t)n, &w);
-    if (st == FLX_OK && maxlen > 0)
-        st = rs_wait_sends(comm, len, &w);
+        if (st == FLX_OK)
+            st = ring_rs(comm, buf, off, len, dtype, op, 0, &w, (uint32_t)n);
+        if (st == FLX_OK)
+            st = ag_forward(comm, buf, off, len, es, (uint32_t)n, &w);
+        if (st == FLX_OK)
+            st = rs_wait_sends(comm, len, &w);
+    }
     free(off);
     return st;
 }

@@ -19,7 +19,7 @@ typedef struct {
     cfg_kind_t kind;
     size_t offset;
     size_t len;              /* CFG_STRING: buffer size */
-    long min, max;           /* CFG_INT bounds */
+    long min, max;           /* CFG_INT bounds; CFG_SIZE: max if > 0 */
     const char *const *choices; /* CFG_ENUM, NULL-terminated */
 } cfg_field_t;
 
@@ -74,7 +74,7 @@ static const cfg_field_t cfg_table[] = {
     {"IB_GID_INDEX", "", "GID entry whose IPv4 address rdmacm binds (default: the port's netdev address)",
      CFG_INT, OFF(ib_gid_index), 0, 0, 255, NULL},
     {"IB_EAGER", "8k", "ib: messages up to this size are copied through bounce buffers; larger ones are "
-     "RDMA-written into the receiver's buffer", CFG_SIZE, OFF(ib_eager), 0, 0, 0, NULL},
+     "RDMA-written into the receiver's buffer (at most 1m)", CFG_SIZE, OFF(ib_eager), 0, 0, 1 << 20, NULL},
     {"IB_RECV_DEPTH", "64", "ib: receives pre-posted per peer (the credits of the flow control)", CFG_INT,
      OFF(ib_recv_depth), 0, 8, 4096, NULL},
     {"IB_REG_CACHE", "256", "ib: registered buffers kept for reuse (least recently used evicted); 0 registers "
@@ -84,7 +84,8 @@ static const cfg_field_t cfg_table[] = {
      "that message (allocated at first use); 0 registers per message", CFG_INT, OFF(ib_stage_slots), 0,
      0, 4096, NULL},
     {"IB_STAGE_SIZE", "512k", "ib: size of one staging buffer, the largest message staged (the default "
-     "is FLX_CHUNK_SIZE's, so every pipelined chunk fits; at most 64m)", CFG_SIZE, OFF(ib_stage_size), 0, 0, 0, NULL},
+     "is FLX_CHUNK_SIZE's, so every pipelined chunk fits; at most 64m)", CFG_SIZE, OFF(ib_stage_size), 0,
+     0, 1 << 26, NULL},
     {"IB_SPIN", "2ms", "ib: busy-poll the completion queue this long (yielding the core) before sleeping "
      "on the completion channel", CFG_TIME, OFF(ib_spin_s), 0, 0, 0, NULL},
     {"IB_LEAVE_PINNED", "no", "ib: cache the registration of every buffer, not only flx_mem_register'ed "
@@ -281,7 +282,7 @@ static int field_parse(const cfg_field_t *f, flx_config_t *cfg, const char *valu
         *(int *)base = (int)l;
         return 0;
     case CFG_SIZE:
-        if (flx_parse_size(value, &sz) != 0) return -1;
+        if (flx_parse_size(value, &sz) != 0 || (f->max > 0 && sz > (size_t)f->max)) return -1;
         *(size_t *)base = sz;
         return 0;
     case CFG_RATE:
@@ -333,8 +334,12 @@ flx_status_t flx_config_set(flx_config_t *cfg, const char *name, const char *val
         return FLX_ERR_INVALID_ARG;
     }
     if (field_parse(f, cfg, value) != 0) {
-        flx_error(INIT, -1, "FLX_%s='%s' is malformed: expected %s", name, value,
-                  kind_expect(f));
+        if (f->kind == CFG_SIZE && f->max > 0)
+            flx_error(INIT, -1, "FLX_%s='%s' is malformed: expected %s, at most %ld bytes", name,
+                      value, kind_expect(f), f->max);
+        else
+            flx_error(INIT, -1, "FLX_%s='%s' is malformed: expected %s", name, value,
+                      kind_expect(f));
         return FLX_ERR_CONFIG;
     }
     return FLX_OK;

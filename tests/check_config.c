@@ -305,6 +305,8 @@ START_TEST(test_load_malformed)
         {"FLX_CALIBRATE", "maybe"},   {"FLX_SPIN", "fast"},        {"FLX_SPIN", "-1us"},
         {"FLX_HANDSHAKE_TIMEOUT", "5h"}, {"FLX_CONNECT_TIMEOUT", "x"}, {"FLX_ALPHA", "fast"},
         {"FLX_BETA", "10Gbit"},       {"FLX_TCP_SOCKBUF", "4x"},
+        {"FLX_IB_EAGER", "2m"},       {"FLX_IB_STAGE_SIZE", "128m"}, {"FLX_IB_STAGE_SLOTS", "-1"},
+        {"FLX_IB_STAGE_SLOTS", "4097"},
     };
     char longroot[400];
 
@@ -351,6 +353,11 @@ START_TEST(test_config_set)
     ck_assert_uint_eq(cfg.chunk_size, 65536);
     ck_assert_int_eq(flx_config_set(&cfg, "CHUNK_SIZE", "12q"), FLX_ERR_CONFIG);
     ck_assert_uint_eq(cfg.chunk_size, 65536);
+    /* a bounded size: the bound itself is fine, one byte more is not */
+    ck_assert_int_eq(flx_config_set(&cfg, "IB_STAGE_SIZE", "64m"), FLX_OK);
+    ck_assert_uint_eq(cfg.ib_stage_size, 64u << 20);
+    ck_assert_int_eq(flx_config_set(&cfg, "IB_STAGE_SIZE", "67108865"), FLX_ERR_CONFIG);
+    ck_assert_uint_eq(cfg.ib_stage_size, 64u << 20);
     ck_assert_int_eq(flx_config_set(&cfg, "ALGO", "rd"), FLX_OK);
     ck_assert_int_eq(cfg.algo, FLX_ALGO_RD);
     ck_assert_int_eq(flx_config_set(&cfg, "ALGO", "fast"), FLX_ERR_CONFIG);

@@ -46,7 +46,7 @@ typedef struct tl_req {
     size_t done_bytes;       /* progress of the backend                 */
     volatile int complete;   /* set when finished (status is final)     */
     flx_status_t status;
-    uint64_t priv[8];        /* backend scratch (e.g. the wire header)  */
+    uint64_t priv[7];        /* backend scratch (e.g. the wire header)  */
 } tl_req_t;
 
 typedef struct tl_ctx tl_ctx_t;

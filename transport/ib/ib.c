@@ -118,8 +118,8 @@ static flx_status_t large_mem_get(tl_ctx_t *ctx, tl_req_t *r, int early)
     int idx;
     char *slot;
 
-    if (st == FLX_ERR_NOT_FOUND && early && r->len <= sg->slot_size && sg->nslots > 0 &&
-        !sg->broken && sg->entry != NULL && 2 * sg->nfree <= sg->nslots)
+    if (st == FLX_ERR_NOT_FOUND && early && ib_stage_fits(&ctx->mrc, r->len) &&
+        sg->entry != NULL && 2 * sg->nfree <= sg->nslots)
         return FLX_ERR_NOT_FOUND;
     if (st == FLX_ERR_NOT_FOUND && (slot = ib_stage_get(&ctx->mrc, r->len, &idx, &mr)) != NULL) {
         if (r->is_send)
@@ -1008,15 +1008,6 @@ static flx_status_t ib_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t **
     tl_ctx_t *ctx;
     flx_status_t st;
 
-    if (cfg->ib_eager > ((size_t)1 << 20)) {
-        flx_error(NET, boot->rank, "FLX_IB_EAGER=%zu is over the 1 MiB limit", cfg->ib_eager);
-        return FLX_ERR_CONFIG;
-    }
-    if (cfg->ib_stage_size > ((size_t)1 << 26)) {
-        flx_error(NET, boot->rank, "FLX_IB_STAGE_SIZE=%zu is over the 64 MiB limit",
-                  cfg->ib_stage_size);
-        return FLX_ERR_CONFIG;
-    }
     (void)ibv_fork_init(); /* registrations stay valid in the parent across fork() */
     ctx = calloc(1, sizeof(*ctx));
     if (ctx == NULL)

@@ -103,6 +103,9 @@ flx_status_t ib_mr_get(ib_mr_cache_t *cache, void *addr, size_t len, ib_mr_entry
  * message would do (nothing is registered then). */
 flx_status_t ib_mr_get_cached(ib_mr_cache_t *cache, void *addr, size_t len,
                               ib_mr_entry_t **entry_p);
+/* Could len bytes be staged (staging on, set up or not yet tried, len fits
+ * a slot)? */
+int ib_stage_fits(const ib_mr_cache_t *cache, size_t len);
 /* A free staging slot for len bytes (its index in *idx_p, the block's
  * registration in *entry_p), or NULL: staging off or broken, len too big,
  * every slot busy (counted).  The block is registered at first use. */

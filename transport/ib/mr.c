@@ -277,11 +277,18 @@ static int stage_setup(ib_mr_cache_t *cache)
     return 0;
 }
 
+int ib_stage_fits(const ib_mr_cache_t *cache, size_t len)
+{
+    const ib_stage_t *sg = &cache->stage;
+
+    return sg->nslots > 0 && !sg->broken && len <= sg->slot_size;
+}
+
 char *ib_stage_get(ib_mr_cache_t *cache, size_t len, int *idx_p, ib_mr_entry_t **entry_p)
 {
     ib_stage_t *sg = &cache->stage;
 
-    if (sg->nslots == 0 || sg->broken || len > sg->slot_size)
+    if (!ib_stage_fits(cache, len))
         return NULL;
     if (sg->entry == NULL && stage_setup(cache) != 0) {
         sg->broken = 1;

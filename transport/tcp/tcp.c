@@ -524,14 +524,9 @@ static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c)
     size_t budget = (size_t)16 << 20;
     int drained = 0;
 
-    if (c->ra == NULL && (c->ra = malloc(TCP_READAHEAD)) == NULL) {
-        flx_error(NET, ctx->rank, "no memory for a %d-byte receive buffer", TCP_READAHEAD);
-        tcp_fail(ctx, FLX_ERR_NO_MEMORY, "read-ahead buffer");
-        return -1;
-    }
     while (ctx->err == FLX_OK) {
         int in_payload = c->rreq != NULL || c->runexp != NULL;
-        size_t avail = c->ra_len - c->ra_off, want;
+        size_t avail = c->ra_len - c->ra_off, want = 0;
         ssize_t n;
         char *dst;
 
@@ -562,16 +557,15 @@ static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c)
          * level-triggered poll would not come back for it) */
         if (drained || budget == 0)
             return 0;
-        if (in_payload && (dst = conn_payload_dst(ctx, c, &want)) != NULL &&
-            want >= TCP_READAHEAD) {
+        if (in_payload && (dst = conn_payload_dst(ctx, c, &want)) == NULL)
+            return -1;
+        if (want >= TCP_READAHEAD) {
             n = recv(c->fd, dst, want, 0); /* a long payload: straight into place */
             if (n > 0) { /* (the sender is likely still writing: read on until EAGAIN) */
                 conn_payload_bytes(c, (size_t)n);
                 budget -= FLX_MIN(budget, (size_t)n);
                 continue;
             }
-        } else if (in_payload && ctx->err != FLX_OK) {
-            return -1; /* conn_payload_dst failed */
         } else {
             n = recv(c->fd, c->ra, TCP_READAHEAD, 0);
             if (n > 0) {
@@ -673,13 +667,15 @@ static flx_status_t tcp_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t *
     ctx->conns = calloc((size_t)boot->size, sizeof(*ctx->conns));
     ctx->pfds = calloc((size_t)boot->size, sizeof(*ctx->pfds));
     ctx->pfd_peer = calloc((size_t)boot->size, sizeof(*ctx->pfd_peer));
-    if (ctx->conns == NULL || ctx->pfds == NULL || ctx->pfd_peer == NULL) {
+    ctx->ra_pool = malloc((size_t)boot->size * TCP_READAHEAD);
+    if (ctx->conns == NULL || ctx->pfds == NULL || ctx->pfd_peer == NULL || ctx->ra_pool == NULL) {
         tcp_destroy(ctx);
         return FLX_ERR_NO_MEMORY;
     }
     for (int p = 0; p < boot->size; p++) {
         tcp_conn_t *c = &ctx->conns[p];
         c->peer = p;
+        c->ra = ctx->ra_pool + (size_t)p * TCP_READAHEAD;
         c->fd = p == boot->rank ? -1 : boot_take_fd(boot, p);
         if (c->fd >= 0) {
             sock_set_nodelay(c->fd);
@@ -739,11 +735,11 @@ static void tcp_destroy(tl_ctx_t *ctx)
             free(u);
             u = next;
         }
-        free(c->ra);
         if (c->fd >= 0)
             close(c->fd);
     }
 out_free:
+    free(ctx->ra_pool);
     free(ctx->conns);
     free(ctx->pfds);
     free(ctx->pfd_peer);

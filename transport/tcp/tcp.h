@@ -54,7 +54,7 @@ typedef struct {
     size_t rhdr_got;
     tl_req_t *rreq;           /* posted receive taking the payload     */
     tcp_unexp_t *runexp;      /* or the unexpected buffer taking it    */
-    char *ra;                 /* read-ahead: bytes read, not yet used  */
+    char *ra;                 /* read-ahead buffer (in the ctx's pool)  */
     size_t ra_off, ra_len;    /* [ra_off, ra_len) unused                */
 } tcp_conn_t;
 
@@ -70,6 +70,7 @@ struct tl_ctx {
     tcp_conn_t *conns;        /* [size], conns[rank].fd == -1          */
     struct pollfd *pfds;
     int *pfd_peer;
+    char *ra_pool;            /* [size] read-ahead buffers              */
     flx_status_t err;         /* this rank failed: everything fails     */
     int remote_failed;        /* a peer failed at collective remote_seq: */
     uint32_t remote_seq;      /* that one and later ones fail here too   */
