@@ -62,10 +62,17 @@ int model_pick_bcast_chain(int n, double bytes, double alpha, double beta, doubl
  * bandwidth term, 1: latency) and model_learn folds the observation of that
  * term, max(0, t - a alpha) / b of 1/beta or max(0, t - b / beta) / a of
  * alpha, in with weight lambda, keeping it within [lo, hi] (index 0 alpha,
- * 1 1/beta); t < 0 or a = b = 0: unchanged.  Pure. */
+ * 1 1/beta); t < 0 or a = b = 0: unchanged.  hist (NULL: none) holds each
+ * term's last two observations: what is folded in is then the median of
+ * them and the new one (model_spike_filter).  Pure. */
 int model_dominant(double a, double b, double alpha, double inv_bw);
 void model_learn(double *alpha_p, double *inv_bw_p, double t, double a, double b, int which,
-                 double lambda, const double lo[2], const double hi[2]);
+                 double lambda, const double lo[2], const double hi[2], double hist[2][2]);
+/* A median-of-3 spike filter: returns the median of hist[0], hist[1] and x
+ * (with one earlier value, the smaller of it and x; with none, x), then
+ * keeps x as the newest.  A value < 0 in hist means none.  One stalled
+ * run then moves nothing; two in a row, or a real change, do.  Pure. */
+double model_spike_filter(double hist[2], double x);
 /* After an allreduce or allgather (kind COLL_ALLREDUCE / COLL_ALLGATHER) of
  * bytes (per rank for allgather) with algo took t seconds: learn from it,
  * and every FLX_MODEL_REFRESH observations agree on the communicator's model

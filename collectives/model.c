@@ -17,8 +17,16 @@
  *
  * Live refresh: every allreduce and allgather that ran is an observation of
  * the term that dominated its prediction (model_learn), for that allreduce
- * algorithm (allgather: the link's).  A change of 1/beta scales the others'
- * by the same factor (the link is shared).  Each rank keeps EWMAs of its
+ * algorithm only (allgather: the link's), passed through a median-of-3
+ * spike filter: on a shared machine one run in twenty may stall for
+ * milliseconds, and a single stall must not make an algorithm look slow.
+ * Algorithms do not move each other: each formula has its own error, and
+ * scaling the others by one algorithm's correction (tried: "the link is
+ * shared") carried the tree's error at 2 ranks into the ring's prediction,
+ * up to 5x, which then picked rd at 2 MiB.  An algorithm predicted too
+ * fast is picked, observed and corrected.  The link's 1/beta (allgather,
+ * broadcast, flx_comm_link_model) moves with every correction, so that a
+ * link that slows down shows in it whatever runs.  Each rank keeps EWMAs of its
  * own; every FLX_MODEL_REFRESH bandwidth-dominated observations (or 64
  * times as many latency-dominated ones) the ranks agree, in one small
  * allreduce at the same point of their call sequence, on the largest value
@@ -184,16 +192,37 @@ int model_dominant(double a, double b, double alpha, double inv_bw)
     return b > 0 && b * inv_bw >= a * alpha ? 2 : 1;
 }
 
-void model_learn(double *alpha_p, double *inv_bw_p, double t, double a, double b, int which,
-                 double lambda, const double lo[2], const double hi[2])
+double model_spike_filter(double hist[2], double x)
 {
+    double h0 = hist[0], h1 = hist[1], lo, hi;
+
+    hist[0] = h1;
+    hist[1] = x;
+    if (h1 < 0)
+        return x;
+    if (h0 < 0)
+        return FLX_MIN(h1, x);
+    lo = FLX_MIN(h0, h1);
+    hi = FLX_MAX(h0, h1);
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+void model_learn(double *alpha_p, double *inv_bw_p, double t, double a, double b, int which,
+                 double lambda, const double lo[2], const double hi[2], double hist[2][2])
+{
+    double obs;
+
     if (!(t >= 0) || !(a > 0 || b > 0))
         return;
     if (which == 2 && b > 0) {
-        double obs = FLX_MAX(0.0, t - a * *alpha_p) / b;
+        obs = FLX_MAX(0.0, t - a * *alpha_p) / b;
+        if (hist)
+            obs = model_spike_filter(hist[1], obs);
         *inv_bw_p = model_clamp((1.0 - lambda) * *inv_bw_p + lambda * obs, lo[1], hi[1]);
     } else if (a > 0) {
-        double obs = FLX_MAX(0.0, t - b * *inv_bw_p) / a;
+        obs = FLX_MAX(0.0, t - b * *inv_bw_p) / a;
+        if (hist)
+            obs = model_spike_filter(hist[0], obs);
         *alpha_p = model_clamp((1.0 - lambda) * *alpha_p + lambda * obs, lo[0], hi[0]);
     }
 }
@@ -213,6 +242,9 @@ static void model_live_start(flx_comm_h comm)
     for (int i = 0; i < MODEL_NAR; i++)
         lv->ar[i] = lv->ar0[i] = comm->ar[i];
     lv->nbw = lv->nlat = 0;
+    for (int i = 0; i < 1 + MODEL_NAR; i++)
+        for (int k = 0; k < 2; k++)
+            lv->hist[i][k][0] = lv->hist[i][k][1] = -1;
     lv->started = 1;
 }
 
@@ -272,28 +304,12 @@ static flx_status_t model_agree_live(flx_comm_h comm)
     return FLX_OK;
 }
 
-/* this rank's 1/beta of one algorithm was multiplied by f: so are the
- * others' (the link is shared), within their bounds */
-static void model_couple(model_live_t *lv, const model_ab_t *moved, double f)
-{
-    double lo[2], hi[2];
-
-    for (int i = 0; i < MODEL_NAR; i++)
-        if (&lv->ar[i] != moved) {
-            model_bounds(lv->ar0[i], lo, hi);
-            lv->ar[i].inv_bw = model_clamp(lv->ar[i].inv_bw * f, lo[1], hi[1]);
-        }
-    if (&lv->link != moved) {
-        model_bounds(lv->link0, lo, hi);
-        lv->link.inv_bw = model_clamp(lv->link.inv_bw * f, lo[1], hi[1]);
-    }
-}
-
 flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double bytes, double t)
 {
     model_live_t *lv = &comm->live;
     double chunk = (double)comm->cfg.chunk_size, c0, a, b, lo[2], hi[2], before;
     model_ab_t agreed, *mine, start;
+    double (*hist)[2];
     int which, ai = (int)algo - FLX_ALGO_RING;
 
     if (comm->cfg.model_refresh <= 0 || comm->size < 2 || !(bytes > 0))
@@ -305,6 +321,7 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
         agreed = comm->ar[ai];
         mine = &lv->ar[ai];
         start = lv->ar0[ai];
+        hist = lv->hist[1 + ai];
     } else {
         c0 = model_allgather_time(algo, comm->size, bytes, 0.0, INFINITY);
         a = model_allgather_time(algo, comm->size, bytes, 1.0, INFINITY) - c0;
@@ -312,14 +329,18 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
         agreed = (model_ab_t){comm->model.alpha_s, 1.0 / comm->model.beta_bytes_per_s};
         mine = &lv->link;
         start = lv->link0;
+        hist = lv->hist[0];
     }
     model_bounds(start, lo, hi);
     /* the dominant term is judged by the agreed model, so that every rank
      * counts the same observations */
     which = model_dominant(a, b, agreed.alpha, agreed.inv_bw);
     before = mine->inv_bw;
-    model_learn(&mine->alpha, &mine->inv_bw, t - c0, a, b, which, MODEL_LAMBDA, lo, hi);
-    model_couple(lv, mine, mine->inv_bw / before);
+    model_learn(&mine->alpha, &mine->inv_bw, t - c0, a, b, which, MODEL_LAMBDA, lo, hi, hist);
+    if (mine != &lv->link) { /* the link's model follows every algorithm's traffic */
+        model_bounds(lv->link0, lo, hi);
+        lv->link.inv_bw = model_clamp(lv->link.inv_bw * mine->inv_bw / before, lo[1], hi[1]);
+    }
     if (which == 2)
         lv->nbw++;
     else

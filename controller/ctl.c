@@ -372,7 +372,7 @@ static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double selec
     ctl_coll_terms(c, h->N, (double)h->n, h->last.kept, &a, &b);
     /* a probe replaces a borrowed estimate: all of it, and nothing else */
     model_learn(&h->alpha, &h->inv_bw[c], comm_s, a, b, model_dominant(a, b, h->alpha, h->inv_bw[c]),
-                h->last_probe ? 1.0 : CTL_LAMBDA, lo, hi);
+                h->last_probe ? 1.0 : CTL_LAMBDA, lo, hi, NULL);
     /* the link is shared: the seconds per byte it added or took away count
      * for the others too, and each keeps its own software overhead per byte
      * (a sparse collective is CPU-bound sooner) */

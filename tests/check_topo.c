@@ -561,6 +561,41 @@ START_TEST(test_model_fit_per_algorithm)
 }
 END_TEST
 
+/* The live model's spike filter and its use in model_learn: one stalled
+ * run among steady ones moves nothing, a lasting change gets through. */
+START_TEST(test_model_spike_filter)
+{
+    double h[2] = {-1, -1}, hist[2][2] = {{-1, -1}, {-1, -1}};
+    double lo[2] = {1e-9, 1e-15}, hi[2] = {1.0, 1e-3}, alpha = 1e-5, inv_bw = 9.9e-10;
+
+    /* none before: the value itself; one before: the smaller */
+    ck_assert_double_eq(model_spike_filter(h, 5.0), 5.0);
+    ck_assert_double_eq(model_spike_filter(h, 9.0), 5.0);
+    ck_assert_double_eq(model_spike_filter(h, 1.0), 5.0); /* median of 5, 9, 1 */
+    ck_assert_double_eq(model_spike_filter(h, 7.0), 7.0); /* of 9, 1, 7 */
+    ck_assert_double_eq(model_spike_filter(h, 100.0), 7.0); /* of 1, 7, 100 */
+    ck_assert(h[0] == 7.0 && h[1] == 100.0);
+    ck_assert_double_eq(model_spike_filter(h, 0.0), 7.0); /* of 7, 100, 0 */
+    /* steady runs at the model's own 1/beta, then one 20x stall: unchanged */
+    for (int i = 0; i < 4; i++)
+        model_learn(&alpha, &inv_bw, 1e-3, 1, 1e6, 2, 0.25, lo, hi, hist);
+    ck_assert_double_eq_tol(inv_bw, (1e-3 - 1e-5) / 1e6, 1e-15);
+    model_learn(&alpha, &inv_bw, 20e-3, 1, 1e6, 2, 0.25, lo, hi, hist);
+    ck_assert_double_eq_tol(inv_bw, (1e-3 - 1e-5) / 1e6, 1e-15);
+    /* without the filter the same stall moves 1/beta by a quarter of it */
+    {
+        double a2 = alpha, ib2 = inv_bw;
+        model_learn(&a2, &ib2, 20e-3, 1, 1e6, 2, 0.25, lo, hi, NULL);
+        ck_assert(ib2 > 5 * inv_bw);
+    }
+    /* the link really got 4x slower: the second slow run moves it */
+    model_learn(&alpha, &inv_bw, 4e-3, 1, 1e6, 2, 0.25, lo, hi, hist);
+    ck_assert(inv_bw > 1.5e-9);
+    /* the latency term has its own history: untouched so far */
+    ck_assert(hist[0][0] < 0 && hist[0][1] < 0 && alpha == 1e-5);
+}
+END_TEST
+
 START_TEST(test_model_pick_allreduce)
 {
     /* 8 bytes on 8 ranks: latency dominates, ring's 14 alpha loses to rd's 3 */
@@ -703,6 +738,7 @@ static Suite *topo_suite(void)
     tcase_add_test(tm, test_model_n1_zero);
     tcase_add_test(tm, test_model_pick_allreduce);
     tcase_add_test(tm, test_model_fit_per_algorithm);
+    tcase_add_test(tm, test_model_spike_filter);
     tcase_add_test(tm, test_model_monotonic);
     tcase_add_test(tm, test_model_allgather);
     tcase_add_test(tm, test_model_bcast);
