@@ -2,9 +2,11 @@
  *
  *   ring allreduce   2(N-1) alpha + 2(N-1)/N S/beta
  *   tree allreduce   2 depth (alpha + c/beta) + (k+1) S/beta, k = min(2, N-1) children
- *   rd allreduce     (log2 p + 2[N != p]) (alpha + S/beta) + log2 p S/reduce bandwidth
- *                    (its reductions wait for whole messages; ring and tree
- *                    overlap theirs with the transfer), p = pow2 floor of N
+ *   rd allreduce     (log2 p + 2[N != p]) (alpha + S/beta)
+ *                      + (log2 p + [N != p]) c/reduce bandwidth
+ *                    (each step moves chunks and reduces each as it lands:
+ *                    only the last one's reduction is not hidden),
+ *                    p = pow2 floor of N
  *   ring allgather   (N-1) (alpha + b/beta)
  *   bruck allgather  ceil(log2 N) alpha + (N-1) b/beta + 2 N b / copy bandwidth
  *   binomial bcast   ceil(log2 N) (alpha + S/beta)
@@ -74,7 +76,7 @@ double model_allreduce_time(flx_algo_t algo, int n, double bytes, double alpha, 
                (FLX_MIN(2, n - 1) + 1) * bytes / beta;
     case FLX_ALGO_RD:
         return (log2_floor(p) + (p != n ? 2 : 0)) * (alpha + bytes / beta) +
-               (log2_floor(p) + (p != n ? 1 : 0)) * bytes / MODEL_REDUCE_BW;
+               (log2_floor(p) + (p != n ? 1 : 0)) * c / MODEL_REDUCE_BW;
     default:
         return 1e30;
     }

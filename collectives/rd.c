@@ -8,10 +8,52 @@
 #include "collectives/coll.h"
 #include "collectives/topo.h"
 #include "common/dtype.h"
+#include "common/util.h"
 
 #include <string.h>
 
 enum { RD_PRE = 0, RD_MAIN = 1, RD_POST = 64 };
+
+/* One step of recursive doubling with peer, in chunks of the pipeline's
+ * size: sbuf's chunks go out, rbuf's come in, and with acc each chunk that
+ * came in is reduced into acc's at once -- the reduction overlaps the
+ * transfer instead of waiting for the whole message, and no message is
+ * larger than a chunk (the ib backend stages it rather than registering
+ * the caller's buffer).  At most RD_WINDOW chunks are in flight.  acc may
+ * be sbuf: a chunk is reduced only after its send has left. */
+#define RD_WINDOW 8
+static flx_status_t rd_step(flx_comm_h comm, int peer, int phase, const char *sbuf, char *rbuf,
+                            char *acc, size_t count, flx_dtype_t dtype, flx_op_t op)
+{
+    const size_t es = flx_dtype_size(dtype), ce = coll_chunk_elems(comm, es, count);
+    const size_t nch = FLX_DIV_ROUND_UP(count, ce);
+    tl_req_t reqs[RD_WINDOW][2];
+    flx_status_t st = FLX_OK;
+    size_t posted = 0;
+
+    for (size_t i = 0; i < nch && st == FLX_OK; i++) {
+        tl_req_t *r = reqs[i % RD_WINDOW];
+        size_t off = i * ce, n = FLX_MIN(ce, count - off);
+
+        for (; posted < nch && posted < i + RD_WINDOW && st == FLX_OK; posted++) {
+            tl_req_t *q = reqs[posted % RD_WINDOW];
+            size_t o = posted * ce, m = FLX_MIN(ce, count - o);
+            uint32_t step = COLL_STEP(phase, posted);
+
+            if (rbuf)
+                st = coll_recv(comm, peer, step, rbuf + o * es, m * es, &q[0]);
+            if (sbuf && st == FLX_OK)
+                st = coll_send(comm, peer, step, sbuf + o * es, m * es, &q[1]);
+        }
+        if (rbuf && st == FLX_OK)
+            st = coll_wait(comm, &r[0]);
+        if (sbuf && st == FLX_OK)
+            st = coll_wait(comm, &r[1]);
+        if (acc && st == FLX_OK)
+            flx_reduce(acc + off * es, rbuf + off * es, n, dtype, op);
+    }
+    return st;
+}
 
 flx_status_t coll_allreduce_rd(flx_comm_h comm, void *buf, size_t count,
                                flx_dtype_t dtype, flx_op_t op)
@@ -20,8 +62,7 @@ flx_status_t coll_allreduce_rd(flx_comm_h comm, void *buf, size_t count,
     const size_t bytes = count * flx_dtype_size(dtype);
     const int p = topo_pow2_floor(n), rem = n - p;
     const int newrank = topo_rd_newrank(r, n);
-    tl_req_t req;
-    void *tmp;
+    char *tmp;
     flx_status_t st = FLX_OK;
 
     if (n == 1 || count == 0)
@@ -30,34 +71,22 @@ flx_status_t coll_allreduce_rd(flx_comm_h comm, void *buf, size_t count,
     if (tmp == NULL)
         return FLX_ERR_NO_MEMORY;
     if (r < 2 * rem) {
-        if (newrank < 0) {
-            st = coll_send(comm, r + 1, COLL_STEP(RD_PRE, 0), buf, bytes, &req);
-            if (st == FLX_OK)
-                st = coll_wait(comm, &req);
-        } else {
-            st = coll_recv(comm, r - 1, COLL_STEP(RD_PRE, 0), tmp, bytes, &req);
-            if (st == FLX_OK)
-                st = coll_wait(comm, &req);
-            if (st == FLX_OK)
-                flx_reduce(buf, tmp, count, dtype, op);
-        }
+        if (newrank < 0)
+            st = rd_step(comm, r + 1, RD_PRE, buf, NULL, NULL, count, dtype, op);
+        else
+            st = rd_step(comm, r - 1, RD_PRE, NULL, tmp, buf, count, dtype, op);
     }
     if (newrank >= 0) {
         for (int mask = 1, k = 0; mask < p && st == FLX_OK; mask <<= 1, k++) {
             int peer = topo_rd_oldrank(newrank ^ mask, n);
-            st = coll_sendrecv(comm, peer, buf, bytes, peer, tmp, bytes,
-                               COLL_STEP(RD_MAIN + k, 0));
-            if (st == FLX_OK)
-                flx_reduce(buf, tmp, count, dtype, op);
+            st = rd_step(comm, peer, RD_MAIN + k, buf, tmp, buf, count, dtype, op);
         }
     }
     if (r < 2 * rem && st == FLX_OK) {
         if (newrank < 0)
-            st = coll_recv(comm, r + 1, COLL_STEP(RD_POST, 0), buf, bytes, &req);
+            st = rd_step(comm, r + 1, RD_POST, NULL, buf, NULL, count, dtype, op);
         else
-            st = coll_send(comm, r - 1, COLL_STEP(RD_POST, 0), buf, bytes, &req);
-        if (st == FLX_OK)
-            st = coll_wait(comm, &req);
+            st = rd_step(comm, r - 1, RD_POST, buf, NULL, NULL, count, dtype, op);
     }
     if (st == FLX_OK)
         flx_reduce_finish(buf, count, dtype, op, n);
