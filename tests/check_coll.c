@@ -513,6 +513,27 @@ START_TEST(test_model_refresh)
 }
 END_TEST
 
+/* Each broadcast algorithm on its own (FLX_ALGO: rd = binomial, ring =
+ * chain), in 64 KiB chunks, so that the large size is many chunks, more
+ * than either pipeline's window, through every level of the tree. */
+START_TEST(test_bcast_forced)
+{
+    const char *algos[] = {"rd", "ring"}, *only = getenv("FLX_TEST_NRANKS");
+    int n = sizes_n[_i], failed = 0;
+
+    if (only && atoi(only) != n)
+        return;
+    setenv("FLX_CHUNK_SIZE", "64k", 1);
+    for (int a = 0; a < 2; a++) {
+        setenv("FLX_ALGO", algos[a], 1);
+        failed += mp_run(n, body_bcast, NULL, 240, NULL);
+    }
+    unsetenv("FLX_ALGO");
+    unsetenv("FLX_CHUNK_SIZE");
+    ck_assert_msg(failed == 0, "%d ranks failed (N = %d)", failed, n);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("collectives");
@@ -524,6 +545,7 @@ int main(void)
     tcase_add_loop_test(tc, test_allreduce, 0, 6);
     tcase_add_loop_test(tc, test_allgather, 0, 6);
     tcase_add_loop_test(tc, test_bcast, 0, 6);
+    tcase_add_loop_test(tc, test_bcast_forced, 0, 6);
     tcase_add_loop_test(tc, test_reduce_scatter, 0, 6);
     tcase_add_loop_test(tc, test_barrier_async, 0, 6);
     tcase_add_loop_test(tc, test_model_refresh, 0, 6);
