@@ -156,7 +156,12 @@ flx_status_t comm_run_allreduce(flx_comm_h comm, const void *sendbuf, void *recv
     flx_status_t st;
     double t0;
 
-    algo = comm_pick_allreduce(comm, count, dtype, algo);
+    if (algo == FLX_ALGO_AUTO && comm->cfg.algo == FLX_ALGO_AUTO && comm->size > 1 &&
+        comm->cfg.model_refresh > 0) /* the same count on every rank: the same choice */
+        algo = model_pick_allreduce_explore(comm->size, (double)bytes, comm->ar,
+                                            (double)comm->cfg.chunk_size, comm->live.autos++);
+    else
+        algo = comm_pick_allreduce(comm, count, dtype, algo);
     if (sendbuf != recvbuf && bytes)
         memcpy(recvbuf, sendbuf, bytes);
     coll_begin(comm, COLL_ALLREDUCE, algo, dtype, op, count, "allreduce");

@@ -46,6 +46,16 @@ void model_allreduce_terms(flx_algo_t algo, int n, double bytes, double chunk, d
 /* ... with an algorithm's own (alpha, 1/beta); the pick from one each. */
 double model_allreduce_time_ab(flx_algo_t algo, int n, double bytes, model_ab_t ab, double chunk);
 flx_algo_t model_pick_allreduce_ab(int n, double bytes, const model_ab_t ar[MODEL_NAR], double chunk);
+/* The same pick, except that the automatic choice number call (counted
+ * from 0 per communicator), when call % MODEL_EXPLORE is MODEL_EXPLORE - 1,
+ * runs the runner-up if it is predicted within MODEL_EXPLORE_MARGIN times
+ * the best: the live model learns only from what runs, and an algorithm
+ * that a stalled fit made look slow would otherwise never run again.  At
+ * most 1/64 of the calls, each at most 2x the best prediction. */
+#define MODEL_EXPLORE 64
+#define MODEL_EXPLORE_MARGIN 2.0
+flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar[MODEL_NAR],
+                                         double chunk, unsigned long call);
 /* Solve a alpha + b inv_bw = t - c0 at two sizes, small and large, each
  * {c0, a, b, t}; 0 and *ab_p set, or -1 (no positive solution) and *ab_p
  * untouched. */

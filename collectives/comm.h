@@ -48,6 +48,7 @@ typedef struct {
     model_ab_t link, ar[MODEL_NAR];   /* this rank's EWMAs                */
     model_ab_t link0, ar0[MODEL_NAR]; /* where they started: their bounds  */
     int nbw, nlat;            /* observations since the last agreement    */
+    unsigned long autos;      /* automatic allreduce choices made so far   */
     double hist[1 + MODEL_NAR][2][2]; /* [link, ar...][alpha, 1/beta]: the
                                  last two observations (-1: none), for
                                  model_learn's spike filter               */

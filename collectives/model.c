@@ -129,22 +129,37 @@ double model_allreduce_time_ab(flx_algo_t algo, int n, double bytes, model_ab_t 
  * steps where recursive doubling takes one, and no more bandwidth than the
  * ring, so it is never picked there, whatever a noisy fit says (its 8 B fit
  * coming out below rd's once made 2-rank small allreduces take two trips). */
-flx_algo_t model_pick_allreduce_ab(int n, double bytes, const model_ab_t ar[MODEL_NAR], double chunk)
+flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar[MODEL_NAR],
+                                         double chunk, unsigned long call)
 {
-    flx_algo_t best = FLX_ALGO_RING;
-    double best_t = 1e300;
+    flx_algo_t best = FLX_ALGO_RING, second = FLX_ALGO_AUTO;
+    double best_t = 1e300, second_t = 1e300;
 
     for (int i = 0; i < MODEL_NAR; i++) {
+        flx_algo_t algo = (flx_algo_t)(FLX_ALGO_RING + i);
         double t;
-        if (n == 2 && FLX_ALGO_RING + i == FLX_ALGO_TREE)
+        if (n == 2 && algo == FLX_ALGO_TREE)
             continue;
-        t = model_allreduce_time_ab((flx_algo_t)(FLX_ALGO_RING + i), n, bytes, ar[i], chunk);
+        t = model_allreduce_time_ab(algo, n, bytes, ar[i], chunk);
         if (t < best_t) {
+            second = best_t < 1e300 ? best : FLX_ALGO_AUTO;
+            second_t = best_t;
             best_t = t;
-            best = (flx_algo_t)(FLX_ALGO_RING + i);
+            best = algo;
+        } else if (t < second_t) {
+            second_t = t;
+            second = algo;
         }
     }
+    if (call % MODEL_EXPLORE == MODEL_EXPLORE - 1 && second != FLX_ALGO_AUTO &&
+        second_t <= MODEL_EXPLORE_MARGIN * best_t)
+        return second;
     return best;
+}
+
+flx_algo_t model_pick_allreduce_ab(int n, double bytes, const model_ab_t ar[MODEL_NAR], double chunk)
+{
+    return model_pick_allreduce_explore(n, bytes, ar, chunk, 0);
 }
 
 flx_algo_t model_pick_allreduce(int n, double bytes, double alpha, double beta, double chunk)

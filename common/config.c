@@ -65,7 +65,8 @@ static const cfg_field_t cfg_table[] = {
     {"BETA", "0", "fixed link bandwidth for the cost model in bytes/s, decimal units: 125M = 1 Gbit/s (0: measured)",
      CFG_RATE, OFF(beta), 0, 0, 0, NULL},
     {"MODEL_REFRESH", "16", "live model: the ranks agree on alpha and beta from the timings of their "
-     "collectives after this many bandwidth-bound ones (0: keep the start values)", CFG_INT,
+     "collectives after this many bandwidth-bound ones (0: keep the start values and never "
+     "explore the runner-up)", CFG_INT,
      OFF(model_refresh), 0, 0, 1 << 20, NULL},
     {"SPIN", "50us", "tcp: busy-poll this long (yielding the core) before sleeping in poll(); 0 sleeps at once",
      CFG_TIME, OFF(spin_s), 0, 0, 0, NULL},

@@ -599,6 +599,45 @@ START_TEST(test_model_spike_filter)
 }
 END_TEST
 
+/* Exploration: once every MODEL_EXPLORE automatic choices the runner-up
+ * runs, if it is predicted within MODEL_EXPLORE_MARGIN of the best. */
+START_TEST(test_model_explore)
+{
+    model_ab_t ar[MODEL_NAR];
+    double s = 64.0 * (1 << 20);
+    int explored = 0;
+
+    for (int i = 0; i < MODEL_NAR; i++)
+        ar[i] = (model_ab_t){ALPHA, 1.0 / BETA};
+    /* 64 MiB on 4 ranks: the ring is best (1.5 S/beta), rd (2 S/beta) the
+     * runner-up, within 2x, the tree (3 S/beta) last */
+    ck_assert_int_eq(model_pick_allreduce_ab(4, s, ar, CHUNK), FLX_ALGO_RING);
+    ck_assert(model_allreduce_time_ab(FLX_ALGO_RD, 4, s, ar[2], CHUNK) <
+              model_allreduce_time_ab(FLX_ALGO_TREE, 4, s, ar[1], CHUNK));
+    for (unsigned long call = 0; call < 10 * MODEL_EXPLORE; call++) {
+        flx_algo_t a = model_pick_allreduce_explore(4, s, ar, CHUNK, call);
+        if (call % MODEL_EXPLORE == MODEL_EXPLORE - 1) {
+            ck_assert_int_eq(a, FLX_ALGO_RD);
+            explored++;
+        } else {
+            ck_assert_int_eq(a, FLX_ALGO_RING);
+        }
+    }
+    ck_assert_int_eq(explored, 10);
+    /* a runner-up predicted more than 2x slower is never run */
+    ar[FLX_ALGO_TREE - FLX_ALGO_RING].inv_bw = 3.0 / BETA;
+    ar[FLX_ALGO_RD - FLX_ALGO_RING].inv_bw = 3.0 / BETA;
+    for (unsigned long call = 0; call < 2 * MODEL_EXPLORE; call++)
+        ck_assert_int_eq(model_pick_allreduce_explore(4, s, ar, CHUNK, call), FLX_ALGO_RING);
+    /* 2 ranks: the tree is never the runner-up either */
+    for (int i = 0; i < MODEL_NAR; i++)
+        ar[i] = (model_ab_t){ALPHA, 1.0 / BETA};
+    ar[FLX_ALGO_TREE - FLX_ALGO_RING] = (model_ab_t){ALPHA / 100, 0.01 / BETA};
+    for (unsigned long call = 0; call < 2 * MODEL_EXPLORE; call++)
+        ck_assert_int_ne(model_pick_allreduce_explore(2, 8, ar, CHUNK, call), FLX_ALGO_TREE);
+}
+END_TEST
+
 START_TEST(test_model_pick_allreduce)
 {
     /* 8 bytes on 8 ranks: latency dominates, ring's 14 alpha loses to rd's 3 */
@@ -742,6 +781,7 @@ static Suite *topo_suite(void)
     tcase_add_test(tm, test_model_pick_allreduce);
     tcase_add_test(tm, test_model_fit_per_algorithm);
     tcase_add_test(tm, test_model_spike_filter);
+    tcase_add_test(tm, test_model_explore);
     tcase_add_test(tm, test_model_monotonic);
     tcase_add_test(tm, test_model_allgather);
     tcase_add_test(tm, test_model_bcast);
