@@ -325,7 +325,7 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
 {
     model_live_t *lv = &comm->live;
     double chunk = (double)comm->cfg.chunk_size, c0, a, b, lo[2], hi[2], before;
-    model_ab_t agreed, *mine, start;
+    model_ab_t *mine, start;
     double (*hist)[2];
     int which, ai = (int)algo - FLX_ALGO_RING;
 
@@ -335,7 +335,6 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
         model_live_start(comm);
     if (kind == COLL_ALLREDUCE && ai >= 0 && ai < MODEL_NAR) {
         model_allreduce_terms(algo, comm->size, bytes, chunk, &c0, &a, &b);
-        agreed = comm->ar[ai];
         mine = &lv->ar[ai];
         start = lv->ar0[ai];
         hist = lv->hist[1 + ai];
@@ -343,15 +342,18 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
         c0 = model_allgather_time(algo, comm->size, bytes, 0.0, INFINITY);
         a = model_allgather_time(algo, comm->size, bytes, 1.0, INFINITY) - c0;
         b = model_allgather_time(algo, comm->size, bytes, 0.0, 1.0) - c0;
-        agreed = (model_ab_t){comm->model.alpha_s, 1.0 / comm->model.beta_bytes_per_s};
         mine = &lv->link;
         start = lv->link0;
         hist = lv->hist[0];
     }
     model_bounds(start, lo, hi);
-    /* the dominant term is judged by the agreed model, so that every rank
-     * counts the same observations */
-    which = model_dominant(a, b, agreed.alpha, agreed.inv_bw);
+    /* the dominant term is judged by where the live model started (the
+     * fit, agreed), so that every rank counts the same observations, and so
+     * that the judgement cannot run away: judged by the live values, an
+     * alpha that grew made mid sizes latency-bound, which blamed their time
+     * on alpha too, up to the clamp (a 1 Gbit run: the tree predicted
+     * 111 ms at 8 and at 16 MiB, measured 211 and 377) */
+    which = model_dominant(a, b, start.alpha, start.inv_bw);
     before = mine->inv_bw;
     model_learn(&mine->alpha, &mine->inv_bw, t - c0, a, b, which, MODEL_LAMBDA, lo, hi, hist);
     if (mine != &lv->link) { /* the link's model follows every algorithm's traffic */
