@@ -536,12 +536,14 @@ static flx_status_t model_calibrate(flx_comm_h comm, flx_link_model_t *model_p)
 
     coll_begin(comm, COLL_CALIBRATE, FLX_ALGO_RD, FLX_FLOAT64, 0, 0, "calibration");
     if (partner < comm->size) {
-        char *buf = calloc(1, LARGE);
+        /* the scratch buffer: registered with the transport (ib: no
+         * registration per message for the 1 MiB transfers) */
+        char *buf = coll_scratch(comm, LARGE);
 
         if (buf == NULL)
             return FLX_ERR_NO_MEMORY;
+        memset(buf, 0, LARGE);
         st = model_pingpong(comm, partner, buf, 0, &link);
-        free(buf);
         if (st != FLX_OK)
             return st;
     }
@@ -601,9 +603,10 @@ flx_status_t flx_comm_calibrate(flx_comm_h comm, flx_link_model_t *per_peer)
         memset(per_peer, 0, (size_t)comm->size * sizeof(*per_peer));
     if (comm->size == 1)
         return comm_leave(comm, FLX_OK);
-    buf = calloc(1, LARGE);
+    buf = coll_scratch(comm, LARGE); /* registered, as in model_calibrate */
     if (buf == NULL) /* fails on this rank only: the others time out on it */
         return comm_leave(comm, FLX_ERR_NO_MEMORY);
+    memset(buf, 0, LARGE);
     m = comm->size + (comm->size & 1);
     coll_begin(comm, COLL_CALIBRATE, FLX_ALGO_RING, FLX_FLOAT64, 0, (size_t)comm->size,
                "calibration to every peer");
@@ -622,7 +625,6 @@ flx_status_t flx_comm_calibrate(flx_comm_h comm, flx_link_model_t *per_peer)
         if (worst.beta_bytes_per_s <= 0 || link.beta_bytes_per_s < worst.beta_bytes_per_s)
             worst.beta_bytes_per_s = link.beta_bytes_per_s;
     }
-    free(buf);
     if (st == FLX_OK)
         st = model_agree_worst(comm, worst.alpha_s, worst.beta_bytes_per_s, &agreed);
     if (st == FLX_OK) {

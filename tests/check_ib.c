@@ -29,6 +29,11 @@ static int body_regcache(flx_comm_h comm, int rank, int size, void *arg)
     if (strcmp(flx_comm_net_name(comm), "ib") != 0)
         return mp_fail(rank, "transport is %s, not ib", flx_comm_net_name(comm));
     ctx = ib_ctx(comm);
+    /* creation (the link's 1 MiB ping-pongs, each algorithm's 1 MiB fit)
+     * registered nothing for a single message */
+    if (ctx->mrc.transient != 0)
+        return mp_fail(rank, "%llu registrations for one message while the communicator was "
+                       "created", (unsigned long long)ctx->mrc.transient);
     for (int b = 0; b < NBUF; b++) {
         bufs[b] = malloc(COUNT * sizeof(float));
         if (flx_mem_register(comm, bufs[b], COUNT * sizeof(float)) != FLX_OK)
