@@ -9,8 +9,8 @@
  * most BCAST_WINDOW chunks ahead and forwards each chunk to its children
  * as soon as it is in, so the levels overlap, and no message is larger
  * than a chunk (the ib backend stages it instead of registering the
- * caller's buffer).  A count of 0 is still one (empty) message per edge,
- * so that a rank that disagrees on the count learns it. */
+ * caller's buffer).  A count of 0 is still one (empty) message per edge
+ * of the tree, so that a rank that disagrees on the count learns it. */
 #define BCAST_WINDOW 8
 flx_status_t coll_bcast_binomial(flx_comm_h comm, void *buf, size_t bytes, int root)
 {

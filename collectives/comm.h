@@ -50,8 +50,9 @@ typedef struct {
     int nbw, nlat;            /* observations since the last agreement    */
     unsigned long autos;      /* automatic allreduce choices made so far   */
     double hist[1 + MODEL_NAR][2][2]; /* [link, ar...][alpha, 1/beta]: the
-                                 last two observations (-1: none), for
-                                 model_learn's spike filter               */
+                                 last two observations (-1: none; the
+                                 start value first), for model_learn's
+                                 spike filter                             */
 } model_live_t;
 
 struct flx_comm {

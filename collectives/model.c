@@ -259,9 +259,14 @@ static void model_live_start(flx_comm_h comm)
     for (int i = 0; i < MODEL_NAR; i++)
         lv->ar[i] = lv->ar0[i] = comm->ar[i];
     lv->nbw = lv->nlat = 0;
-    for (int i = 0; i < 1 + MODEL_NAR; i++)
-        for (int k = 0; k < 2; k++)
-            lv->hist[i][k][0] = lv->hist[i][k][1] = -1;
+    /* the filter's history starts with the start values: a first stalled
+     * run moves nothing either */
+    for (int i = 0; i < 1 + MODEL_NAR; i++) {
+        model_ab_t s = i == 0 ? lv->link0 : lv->ar0[i - 1];
+        lv->hist[i][0][0] = lv->hist[i][1][0] = -1;
+        lv->hist[i][0][1] = s.alpha;
+        lv->hist[i][1][1] = s.inv_bw;
+    }
     lv->started = 1;
 }
 

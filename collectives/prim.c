@@ -3,6 +3,7 @@
  * fails the communicator with FLX_ERR_TIMED_OUT (one log line), and a wait
  * on an aborted communicator returns FLX_ERR_ABORTED within a progress
  * slice. */
+#include "collectives/coll.h"
 #include "collectives/comm.h"
 #include "common/log.h"
 #include "common/time.h"
@@ -20,13 +21,25 @@ void coll_begin(flx_comm_h comm, int kind, flx_algo_t algo, flx_dtype_t dtype,
     comm->coll_name = name;
 }
 
+/* Every failure a primitive returns fails the communicator at once (the
+ * caller's comm_leave would, later): the transport then finishes and
+ * drops every request still posted while the algorithm's frame, which
+ * holds them, is alive -- a request on the stack of a function that
+ * returned must never stay in a transport queue. */
+static flx_status_t prim_failed(flx_comm_h comm, flx_status_t st)
+{
+    if (st != FLX_OK)
+        comm_record_error(comm, st);
+    return st;
+}
+
 flx_status_t coll_send(flx_comm_h comm, int peer, uint32_t step, const void *buf,
                        size_t len, tl_req_t *req)
 {
     tl_tag_t tag = comm->tag;
 
     tag.step = step;
-    return comm->tl->isend(comm->tlctx, peer, &tag, buf, len, req);
+    return prim_failed(comm, comm->tl->isend(comm->tlctx, peer, &tag, buf, len, req));
 }
 
 flx_status_t coll_recv(flx_comm_h comm, int peer, uint32_t step, void *buf, size_t len,
@@ -35,7 +48,7 @@ flx_status_t coll_recv(flx_comm_h comm, int peer, uint32_t step, void *buf, size
     tl_tag_t tag = comm->tag;
 
     tag.step = step;
-    return comm->tl->irecv(comm->tlctx, peer, &tag, buf, len, req);
+    return prim_failed(comm, comm->tl->irecv(comm->tlctx, peer, &tag, buf, len, req));
 }
 
 /* Longest sleep of one progress round: bounds how long flx_comm_abort
@@ -47,10 +60,10 @@ flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, double since)
     flx_status_t st;
 
     if (comm_aborted(comm))
-        return FLX_ERR_ABORTED; /* the caller records it and tells the peers */
+        return prim_failed(comm, FLX_ERR_ABORTED); /* and the peers are told */
     st = comm->tl->progress(comm->tlctx, COLL_PROGRESS_SLICE_S);
     if (st != FLX_OK)
-        return comm_aborted(comm) ? FLX_ERR_ABORTED : st;
+        return prim_failed(comm, comm_aborted(comm) ? FLX_ERR_ABORTED : st);
     if (waiting && !waiting->complete && flx_time_now() - since > comm->cfg.timeout_s) {
         flx_error(COLL, comm->rank,
                   "%s #%u timed out after %.1f s waiting to %s rank %d (step %u)",
@@ -58,7 +71,7 @@ flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, double since)
                   waiting->is_send ? "send to" : "receive from", waiting->peer,
                   waiting->tag.step);
         comm->tl->fail(comm->tlctx, FLX_ERR_TIMED_OUT, "timeout");
-        return FLX_ERR_TIMED_OUT;
+        return prim_failed(comm, FLX_ERR_TIMED_OUT);
     }
     return FLX_OK;
 }
@@ -72,7 +85,7 @@ flx_status_t coll_wait(flx_comm_h comm, tl_req_t *req)
         if (st != FLX_OK)
             return st;
     }
-    return req->status;
+    return prim_failed(comm, req->status);
 }
 
 flx_status_t coll_waitall(flx_comm_h comm, tl_req_t *reqs, size_t n)

@@ -19,9 +19,19 @@ enum { RD_PRE = 0, RD_MAIN = 1, RD_POST = 64 };
  * came in is reduced into acc's at once -- the reduction overlaps the
  * transfer instead of waiting for the whole message, and no message is
  * larger than a chunk (the ib backend stages it rather than registering
- * the caller's buffer).  At most RD_WINDOW chunks are in flight.  acc may
- * be sbuf: a chunk is reduced only after its send has left. */
+ * the caller's buffer).  At most RD_WINDOW chunks are in flight.  With acc,
+ * rbuf is a ring of RD_WINDOW chunks (rd_tmp_bytes): chunk i lands in slot
+ * i % RD_WINDOW, free again once chunk i - RD_WINDOW was reduced; without,
+ * rbuf is the whole message.  acc may be sbuf: a chunk is reduced only
+ * after its send has left. */
 #define RD_WINDOW 8
+static size_t rd_tmp_bytes(flx_comm_h comm, size_t count, size_t es)
+{
+    size_t ce = coll_chunk_elems(comm, es, count);
+
+    return FLX_MIN(count, (size_t)RD_WINDOW * ce) * es;
+}
+
 static flx_status_t rd_step(flx_comm_h comm, int peer, int phase, const char *sbuf, char *rbuf,
                             char *acc, size_t count, flx_dtype_t dtype, flx_op_t op)
 {
@@ -38,10 +48,11 @@ static flx_status_t rd_step(flx_comm_h comm, int peer, int phase, const char *sb
         for (; posted < nch && posted < i + RD_WINDOW && st == FLX_OK; posted++) {
             tl_req_t *q = reqs[posted % RD_WINDOW];
             size_t o = posted * ce, m = FLX_MIN(ce, count - o);
+            size_t ro = acc ? (posted % RD_WINDOW) * ce : o;
             uint32_t step = COLL_STEP(phase, posted);
 
             if (rbuf)
-                st = coll_recv(comm, peer, step, rbuf + o * es, m * es, &q[0]);
+                st = coll_recv(comm, peer, step, rbuf + ro * es, m * es, &q[0]);
             if (sbuf && st == FLX_OK)
                 st = coll_send(comm, peer, step, sbuf + o * es, m * es, &q[1]);
         }
@@ -50,7 +61,7 @@ static flx_status_t rd_step(flx_comm_h comm, int peer, int phase, const char *sb
         if (sbuf && st == FLX_OK)
             st = coll_wait(comm, &r[1]);
         if (acc && st == FLX_OK)
-            flx_reduce(acc + off * es, rbuf + off * es, n, dtype, op);
+            flx_reduce(acc + off * es, rbuf + (i % RD_WINDOW) * ce * es, n, dtype, op);
     }
     return st;
 }
@@ -59,7 +70,6 @@ flx_status_t coll_allreduce_rd(flx_comm_h comm, void *buf, size_t count,
                                flx_dtype_t dtype, flx_op_t op)
 {
     const int r = comm->rank, n = comm->size;
-    const size_t bytes = count * flx_dtype_size(dtype);
     const int p = topo_pow2_floor(n), rem = n - p;
     const int newrank = topo_rd_newrank(r, n);
     char *tmp;
@@ -67,7 +77,7 @@ flx_status_t coll_allreduce_rd(flx_comm_h comm, void *buf, size_t count,
 
     if (n == 1 || count == 0)
         return FLX_OK;
-    tmp = coll_scratch(comm, bytes);
+    tmp = coll_scratch(comm, rd_tmp_bytes(comm, count, flx_dtype_size(dtype)));
     if (tmp == NULL)
         return FLX_ERR_NO_MEMORY;
     if (r < 2 * rem) {

@@ -513,22 +513,66 @@ START_TEST(test_model_refresh)
 }
 END_TEST
 
+/* Recursive doubling in many chunks (arg: chunk size): more than its
+ * window of 8, and a last partial one, for each dtype, sum and max, in and
+ * out of place.  Element i of rank r is i % 13 + r: 13 does not divide a
+ * chunk, so a chunk reduced from the wrong slot or offset shows. */
+static int body_rd_chunks(flx_comm_h comm, int rank, int size, void *arg)
+{
+    const size_t chunk = *(const size_t *)arg;
+
+    for (size_t d = 0; d < 6; d++) {
+        flx_dtype_t dt = all_dtypes[d];
+        size_t es = flx_dtype_size(dt), count = 19 * (chunk / es) + 7;
+        char *buf = malloc(count * es), *out = malloc(count * es);
+
+        if (buf == NULL || out == NULL)
+            return mp_fail(rank, "out of memory");
+        for (int k = 0; k < 2; k++) {
+            flx_op_t op = k ? FLX_MAX : FLX_SUM;
+            flx_status_t st;
+
+            for (size_t i = 0; i < count; i++)
+                put(buf, i, dt, (double)(i % 13 + (size_t)rank));
+            st = flx_allreduce(comm, buf, k ? buf : out, count, dt, op, FLX_ALGO_RD);
+            if (st != FLX_OK)
+                return mp_fail(rank, "rd %s %s: %s", flx_dtype_name(dt), flx_op_name(op),
+                               flx_status_string(st));
+            for (size_t i = 0; i < count; i++) {
+                double v = (double)(i % 13), got = get(k ? buf : out, i, dt);
+                double want = k ? v + size - 1 : size * v + size * (size - 1) / 2.0;
+                if (got != want)
+                    return mp_fail(rank, "rd %s %s, %zu elements in chunks of %zu B: [%zu] = "
+                                   "%g, want %g", flx_dtype_name(dt), flx_op_name(op), count,
+                                   chunk, i, got, want);
+            }
+        }
+        free(buf);
+        free(out);
+    }
+    return 0;
+}
+
 /* Each broadcast algorithm on its own (FLX_ALGO: rd = binomial, ring =
- * chain), in 64 KiB chunks, so that the large size is many chunks, more
- * than either pipeline's window, through every level of the tree. */
-START_TEST(test_bcast_forced)
+ * chain), and recursive doubling, in 16 KiB chunks, so that the large size
+ * is many chunks, more than either pipeline's window of 8 (19 even with
+ * the ib suite's 300000-byte FLX_TEST_BIG_BYTES), through every level of
+ * the tree. */
+START_TEST(test_chunked_forced)
 {
     const char *algos[] = {"rd", "ring"}, *only = getenv("FLX_TEST_NRANKS");
     int n = sizes_n[_i], failed = 0;
+    size_t chunk = 16384;
 
     if (only && atoi(only) != n)
         return;
-    setenv("FLX_CHUNK_SIZE", "64k", 1);
+    setenv("FLX_CHUNK_SIZE", "16k", 1);
     for (int a = 0; a < 2; a++) {
         setenv("FLX_ALGO", algos[a], 1);
         failed += mp_run(n, body_bcast, NULL, 240, NULL);
     }
     unsetenv("FLX_ALGO");
+    failed += mp_run(n, body_rd_chunks, &chunk, 240, NULL);
     unsetenv("FLX_CHUNK_SIZE");
     ck_assert_msg(failed == 0, "%d ranks failed (N = %d)", failed, n);
 }
@@ -545,7 +589,7 @@ int main(void)
     tcase_add_loop_test(tc, test_allreduce, 0, 6);
     tcase_add_loop_test(tc, test_allgather, 0, 6);
     tcase_add_loop_test(tc, test_bcast, 0, 6);
-    tcase_add_loop_test(tc, test_bcast_forced, 0, 6);
+    tcase_add_loop_test(tc, test_chunked_forced, 0, 6);
     tcase_add_loop_test(tc, test_reduce_scatter, 0, 6);
     tcase_add_loop_test(tc, test_barrier_async, 0, 6);
     tcase_add_loop_test(tc, test_model_refresh, 0, 6);
