@@ -50,14 +50,20 @@ static int ranges_overlap(const void *a, size_t alen, const void *b, size_t blen
 }
 
 flx_algo_t comm_pick_allreduce(flx_comm_h comm, size_t count, flx_dtype_t dtype,
-                               flx_algo_t algo)
+                               flx_algo_t algo, int run)
 {
+    unsigned long call = 0; /* 0 never explores */
+
     if (algo == FLX_ALGO_AUTO)
         algo = (flx_algo_t)comm->cfg.algo;
-    if (algo == FLX_ALGO_AUTO)
-        algo = model_pick_allreduce_ab(comm->size, (double)count * flx_dtype_size(dtype),
-                                       comm->ar, (double)comm->cfg.chunk_size);
-    return algo;
+    if (algo != FLX_ALGO_AUTO)
+        return algo;
+    /* a choice for a call that runs counts, the same on every rank (they
+     * make the same calls), and explores only while the model learns */
+    if (run && comm->cfg.model_refresh > 0)
+        call = comm->live.autos++;
+    return model_pick_allreduce_explore(comm->size, (double)count * flx_dtype_size(dtype),
+                                        comm->ar, (double)comm->cfg.chunk_size, call);
 }
 
 flx_algo_t flx_allreduce_algo(flx_comm_h comm, size_t count, flx_dtype_t dtype)
@@ -67,7 +73,7 @@ flx_algo_t flx_allreduce_algo(flx_comm_h comm, size_t count, flx_dtype_t dtype)
     if (comm == NULL || !flx_dtype_valid(dtype))
         return FLX_ALGO_AUTO;
     pthread_mutex_lock(&comm->lock); /* the live model may change under exec */
-    algo = comm_pick_allreduce(comm, count, dtype, FLX_ALGO_AUTO);
+    algo = comm_pick_allreduce(comm, count, dtype, FLX_ALGO_AUTO, 0);
     pthread_mutex_unlock(&comm->lock);
     return algo;
 }
@@ -156,12 +162,7 @@ flx_status_t comm_run_allreduce(flx_comm_h comm, const void *sendbuf, void *recv
     flx_status_t st;
     double t0;
 
-    if (algo == FLX_ALGO_AUTO && comm->cfg.algo == FLX_ALGO_AUTO && comm->size > 1 &&
-        comm->cfg.model_refresh > 0) /* the same count on every rank: the same choice */
-        algo = model_pick_allreduce_explore(comm->size, (double)bytes, comm->ar,
-                                            (double)comm->cfg.chunk_size, comm->live.autos++);
-    else
-        algo = comm_pick_allreduce(comm, count, dtype, algo);
+    algo = comm_pick_allreduce(comm, count, dtype, algo, 1);
     if (sendbuf != recvbuf && bytes)
         memcpy(recvbuf, sendbuf, bytes);
     coll_begin(comm, COLL_ALLREDUCE, algo, dtype, op, count, "allreduce");

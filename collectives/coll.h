@@ -105,8 +105,11 @@ flx_status_t comm_run_allreduce(flx_comm_h comm, const void *sendbuf, void *recv
                                 flx_algo_t algo);
 flx_status_t comm_run_allgather(flx_comm_h comm, const void *sendbuf, void *recvbuf,
                                 size_t count, flx_dtype_t dtype, flx_algo_t algo);
+/* The allreduce algorithm to run: algo, else FLX_ALGO, else the model's
+ * pick; run: the choice is for a call that runs now, and takes part in
+ * the exploration (model_pick_allreduce_explore); 0 for a query. */
 flx_algo_t comm_pick_allreduce(flx_comm_h comm, size_t count, flx_dtype_t dtype,
-                               flx_algo_t algo);
+                               flx_algo_t algo, int run);
 
 /* ---- compression layer support (collectives/allgatherv.c; used by compress/) ---- */
 

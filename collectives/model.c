@@ -653,7 +653,7 @@ double flx_allreduce_predict(flx_comm_h comm, size_t count, flx_dtype_t dtype, f
     bytes = (double)count * (double)flx_dtype_size(dtype);
     pthread_mutex_lock(&comm->lock); /* the live refresh writes the model under exec */
     if (algo == FLX_ALGO_AUTO)
-        algo = comm_pick_allreduce(comm, count, dtype, FLX_ALGO_AUTO);
+        algo = comm_pick_allreduce(comm, count, dtype, FLX_ALGO_AUTO, 0);
     t = model_allreduce_time_ab(algo, comm->size, bytes, comm->ar[algo - FLX_ALGO_RING],
                                 (double)comm->cfg.chunk_size);
     pthread_mutex_unlock(&comm->lock);

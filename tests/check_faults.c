@@ -417,6 +417,7 @@ typedef struct {
     flx_comm_h comm;
     float *buf;
     size_t n;
+    flx_algo_t algo;
     flx_status_t st;
     double done_t;
 } blocked_call_t;
@@ -424,16 +425,19 @@ typedef struct {
 static void *blocked_allreduce(void *arg)
 {
     blocked_call_t *bc = arg;
-    bc->st = flx_allreduce(bc->comm, bc->buf, bc->buf, bc->n, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING);
+    bc->st = flx_allreduce(bc->comm, bc->buf, bc->buf, bc->n, FLX_FLOAT32, FLX_SUM, bc->algo);
     bc->done_t = flx_time_now();
     return NULL;
 }
 
 /* rank 1 never joins the large allreduce; rank 0 aborts (case 0: a blocked
- * flx_allreduce in another thread, case 1: running and queued requests) */
+ * flx_allreduce in another thread, case 1: running and queued requests,
+ * case 2: case 0 with recursive doubling, whose chunk requests live on the
+ * algorithm's stack: the abort must fail the transport before it returns) */
 static int raw_abort(int rank, int size, const char *root, void *arg)
 {
     int mode = *(int *)arg;
+    flx_algo_t algo = mode == 2 ? FLX_ALGO_RD : FLX_ALGO_RING;
     size_t n = (size_t)1 << 22; /* 16 MiB */
     float *buf = calloc(n, sizeof(float)), one = 1;
     blocked_call_t bc = {0};
@@ -448,14 +452,14 @@ static int raw_abort(int rank, int size, const char *root, void *arg)
     if (rank == 1) {
         usleep(1500000);
         /* the same call, late: rank 0 aborted and said so */
-        st = flx_allreduce(comm, buf, buf, n, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING);
+        st = flx_allreduce(comm, buf, buf, n, FLX_FLOAT32, FLX_SUM, algo);
         flx_comm_destroy(comm);
         free(buf);
         return st == FLX_ERR_PEER_LOST ? 0 : mp_fail(rank, "after the abort: %s",
                                                      flx_status_name(st));
     }
-    if (mode == 0) {
-        bc = (blocked_call_t){.comm = comm, .buf = buf, .n = n};
+    if (mode != 1) {
+        bc = (blocked_call_t){.comm = comm, .buf = buf, .n = n, .algo = algo};
         pthread_create(&th, NULL, blocked_allreduce, &bc);
         usleep(300000);
         t0 = flx_time_now();
@@ -597,7 +601,7 @@ int main(void)
     int failed;
 
     tcase_add_test(fault_case(s, "abort_single"), test_abort_single_rank);
-    tcase_add_loop_test(fault_case(s, "abort"), test_abort, 0, 2);
+    tcase_add_loop_test(fault_case(s, "abort"), test_abort, 0, 3);
     tcase_add_test(fault_case(s, "async_error"), test_async_error);
     tcase_add_loop_test(fault_case(s, "watchdog"), test_watchdog, 0, WD_COUNT);
     tcase_add_test(fault_case(s, "reset"), test_reset_mid_transfer);
