@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -98,8 +99,13 @@ static int body_regcache(flx_comm_h comm, int rank, int size, void *arg)
 /* Large messages of unregistered buffers through staging slots: with one
  * slot of 64 KiB (arg: 1), first taken by the test itself, so that every
  * message finds it busy and takes a registration per message instead, then
- * free; with 0 (arg: 0) every message is registered per message.  Every
- * result exact, the slot back afterwards, none quarantined. */
+ * free; with 0 (arg: 0) every message is registered per message; with
+ * STAGE_TOO_BIG (4096 slots of 64 MiB, 256 GiB, more than the address
+ * space the ranks may use) the slots cannot be allocated, so staging turns
+ * itself off at the first large message (the communicator's creation moves
+ * some already) and every message is registered for itself.  Every result
+ * exact, the slot back afterwards, none quarantined. */
+#define STAGE_TOO_BIG 4096
 static int body_staging(flx_comm_h comm, int rank, int size, void *arg)
 {
     const int slots = *(const int *)arg;
@@ -167,6 +173,13 @@ static int body_staging(flx_comm_h comm, int rank, int size, void *arg)
         return mp_fail(rank, "staging off: %llu staged, %llu registered per message",
                        (unsigned long long)ctx->mrc.stage.staged,
                        (unsigned long long)ctx->mrc.transient);
+    if (slots == STAGE_TOO_BIG)
+        return ctx->mrc.stage.broken && ctx->mrc.stage.staged == 0 && ctx->mrc.transient > 0
+                   ? 0
+                   : mp_fail(rank, "staging that cannot be allocated: broken %d, %llu staged, "
+                             "%llu registered per message", ctx->mrc.stage.broken,
+                             (unsigned long long)ctx->mrc.stage.staged,
+                             (unsigned long long)ctx->mrc.transient);
     if (slots > 0 && (ctx->mrc.stage.staged == 0 || ctx->mrc.transient == 0 ||
                       ctx->mrc.stage.nfree != slots || ctx->mrc.stage.quarantined != 0))
         return mp_fail(rank, "%d staging slots: %llu staged, %llu registered per message, %d of "
@@ -179,15 +192,29 @@ static int body_staging(flx_comm_h comm, int rank, int size, void *arg)
 
 START_TEST(test_staging)
 {
-    static const int slots[2] = {1, 0};
-    const char *names[2] = {"1", "0"};
+    static const int slots[3] = {1, 0, STAGE_TOO_BIG};
+    const char *names[3] = {"1", "0", "4096"}, *sizes[3] = {"64k", "64k", "64m"};
 
     setenv("FLX_NET", "ib", 1);
-    setenv("FLX_IB_STAGE_SIZE", "64k", 1);
     setenv("FLX_CHUNK_SIZE", "64k", 1);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
+#ifndef FLX_HAVE_ASAN /* the sanitizer reserves terabytes of shadow */
+        struct rlimit rl, old;
+
+        /* the ranks' soft limit, so that even a host with more than
+         * 256 GiB cannot allocate the slots */
+        ck_assert_int_eq(getrlimit(RLIMIT_AS, &old), 0);
+        rl = old;
+        if (slots[i] == STAGE_TOO_BIG && (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (rlim_t)64 << 30))
+            rl.rlim_cur = (rlim_t)64 << 30;
+        ck_assert_int_eq(setrlimit(RLIMIT_AS, &rl), 0);
+#endif
         setenv("FLX_IB_STAGE_SLOTS", names[i], 1);
+        setenv("FLX_IB_STAGE_SIZE", sizes[i], 1);
         ck_assert_int_eq(mp_run(3, body_staging, (void *)&slots[i], 300, NULL), 0);
+#ifndef FLX_HAVE_ASAN
+        ck_assert_int_eq(setrlimit(RLIMIT_AS, &old), 0);
+#endif
     }
     unsetenv("FLX_IB_STAGE_SIZE");
     unsetenv("FLX_IB_STAGE_SLOTS");
