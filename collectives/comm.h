@@ -105,8 +105,8 @@ flx_status_t coll_recv(flx_comm_h comm, int peer, uint32_t step, void *buf, size
  * FLX_TIMEOUT (logged with the collective, its number and the peer). */
 flx_status_t coll_wait(flx_comm_h comm, tl_req_t *req);
 flx_status_t coll_waitall(flx_comm_h comm, tl_req_t *reqs, size_t n);
-/* One progress round that waits at most timeout_s; checks the deadline of
- * the oldest request in *waiting (may be NULL). */
+/* One progress round; fails with FLX_ERR_TIMED_OUT when *waiting (may be
+ * NULL) is still incomplete FLX_TIMEOUT after since (flx_time_coarse). */
 flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, double since);
 /* Exchange: post recv then send, wait both. */
 flx_status_t coll_sendrecv(flx_comm_h comm, int dst, const void *sbuf, size_t slen,

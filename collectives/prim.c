@@ -64,7 +64,7 @@ flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, double since)
     st = comm->tl->progress(comm->tlctx, COLL_PROGRESS_SLICE_S);
     if (st != FLX_OK)
         return prim_failed(comm, comm_aborted(comm) ? FLX_ERR_ABORTED : st);
-    if (waiting && !waiting->complete && flx_time_now() - since > comm->cfg.timeout_s) {
+    if (waiting && !waiting->complete && flx_time_coarse() - since > comm->cfg.timeout_s) {
         flx_error(COLL, comm->rank,
                   "%s #%u timed out after %.1f s waiting to %s rank %d (step %u)",
                   comm->coll_name, comm->tag.seq, comm->cfg.timeout_s,
@@ -78,7 +78,7 @@ flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, double since)
 
 flx_status_t coll_wait(flx_comm_h comm, tl_req_t *req)
 {
-    double since = flx_time_now();
+    double since = flx_time_coarse();
 
     while (!req->complete) {
         flx_status_t st = coll_progress(comm, req, since);

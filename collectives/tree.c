@@ -24,7 +24,7 @@ flx_status_t coll_allreduce_tree(flx_comm_h comm, void *buf, size_t count,
     char *base = buf, *tmp[2];
     tl_req_t *creq[2], *preq, *upreq, *downreq;
     flx_status_t st = FLX_OK;
-    double since = flx_time_now();
+    double since = flx_time_coarse();
 
     if (count == 0 || n == 1)
         return FLX_OK;
@@ -82,7 +82,7 @@ flx_status_t coll_allreduce_tree(flx_comm_h comm, void *buf, size_t count,
             moved = 1;
         }
         if (moved)
-            since = flx_time_now();
+            since = flx_time_coarse();
         else if (down < nch) {
             tl_req_t *w = up < nch && nchild > 0 ? &creq[creq[0][up].complete ? 1 : 0][up]
                                                  : &preq[down];

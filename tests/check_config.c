@@ -7,6 +7,7 @@
  * variables one test sets cannot leak into another. */
 #include "common/config.h"
 #include "common/log.h"
+#include "common/time.h"
 
 #include <check.h>
 #include <limits.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 extern char **environ;
 
@@ -479,6 +481,26 @@ START_TEST(test_status)
 }
 END_TEST
 
+/* The coarse clock is the fine one a tick or so late (the tick itself
+ * comes late by tens of microseconds), never ahead, and it moves. */
+START_TEST(test_time_coarse)
+{
+    double res = flx_time_coarse_res(), start = flx_time_coarse(), c = start;
+
+    ck_assert(res >= 0 && res < 0.1);
+    for (int i = 0; i < 100000 && c == start; i++) {
+        double before = flx_time_now();
+        c = flx_time_coarse();
+        double after = flx_time_now();
+        ck_assert_msg(c <= after + 1e-9 && c >= before - 2 * res - 1e-3,
+                      "coarse %.9f outside [%.9f - 2 x %.9f - 1 ms, %.9f]", c, before, res, after);
+        if (c == start)
+            usleep(100);
+    }
+    ck_assert_msg(c > start, "the coarse clock stood still for 100000 reads");
+}
+END_TEST
+
 static Suite *config_suite(void)
 {
     Suite *s = suite_create("config");
@@ -507,6 +529,7 @@ static Suite *config_suite(void)
 
     tcase_set_timeout(ts, 30);
     tcase_add_test(ts, test_status);
+    tcase_add_test(ts, test_time_coarse);
     suite_add_tcase(s, ts);
     return s;
 }
