@@ -87,7 +87,7 @@ static const cfg_field_t cfg_table[] = {
     {"IB_STAGE_SIZE", "512k", "ib: size of one staging buffer, the largest message staged (the default "
      "is FLX_CHUNK_SIZE's, so every pipelined chunk fits; at most 64m)", CFG_SIZE, OFF(ib_stage_size), 0,
      0, 1 << 26, NULL},
-    {"IB_SPIN", "2ms", "ib: busy-poll the completion queue this long (yielding the core; 1ms or more: up to a tick of the coarse clock longer) before sleeping "
+    {"IB_SPIN", "2ms", "ib: busy-poll the completion queue this long (yielding the core) before sleeping "
      "on the completion channel", CFG_TIME, OFF(ib_spin_s), 0, 0, 0, NULL},
     {"IB_LEAVE_PINNED", "no", "ib: cache the registration of every buffer, not only flx_mem_register'ed "
      "ones; at program start (it must be in the environment then) glibc is told never to return "

@@ -194,18 +194,26 @@ START_TEST(test_staging)
 {
     static const int slots[3] = {1, 0, STAGE_TOO_BIG};
     const char *names[3] = {"1", "0", "4096"}, *sizes[3] = {"64k", "64k", "64m"};
+#ifdef FLX_HAVE_ASAN /* the sanitizer reserves terabytes of shadow: no
+                      * address-space limit, and its allocator aborts
+                      * where malloc would fail, so no third case */
+    const int ncases = 2;
+#else
+    const int ncases = 3;
+#endif
 
     setenv("FLX_NET", "ib", 1);
     setenv("FLX_CHUNK_SIZE", "64k", 1);
-    for (int i = 0; i < 3; i++) {
-#ifndef FLX_HAVE_ASAN /* the sanitizer reserves terabytes of shadow */
+    for (int i = 0; i < ncases; i++) {
+#ifndef FLX_HAVE_ASAN
         struct rlimit rl, old;
 
         /* the ranks' soft limit, so that even a host with more than
          * 256 GiB cannot allocate the slots */
         ck_assert_int_eq(getrlimit(RLIMIT_AS, &old), 0);
         rl = old;
-        if (slots[i] == STAGE_TOO_BIG && (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (rlim_t)64 << 30))
+        if (slots[i] == STAGE_TOO_BIG &&
+            (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (rlim_t)64 << 30))
             rl.rlim_cur = (rlim_t)64 << 30;
         ck_assert_int_eq(setrlimit(RLIMIT_AS, &rl), 0);
 #endif

@@ -878,21 +878,22 @@ static void boot_sock_event(tl_ctx_t *ctx, int peer)
     }
 }
 
-/* Polls of the CQ between two looks at the clock (and a sched_yield, in
- * case ranks outnumber cores) while spinning; the first look comes after
- * as many, so a message that arrives within them costs no clock read.  A
- * spin of SPIN_COARSE_S or more reads the coarse clock and lasts up to one
- * tick of it longer: the fine clock can be a system call (2.4 us a read in
- * the SoftRoCE VM, where a whole 8 B exchange takes 30-60 us). */
-#define SPIN_POLLS 64
-#define SPIN_COARSE_S 1e-3
+/* While spinning: polls of the CQ between two sched_yield (in case ranks
+ * outnumber cores), and between two looks at the clock.  The first look
+ * comes after SPIN_CLOCK_POLLS polls (some microseconds natively), so a
+ * message that arrives within them costs no clock read: the clock can be a
+ * system call (2.4 us a read in the SoftRoCE VM, whose HPET clock source
+ * the vDSO cannot read, where a whole 8 B exchange takes 30-60 us).  The
+ * spin lasts up to twice SPIN_CLOCK_POLLS polls longer than FLX_IB_SPIN. */
+#define SPIN_YIELD_POLLS 64
+#define SPIN_CLOCK_POLLS 256
 
 /* Wait up to timeout_s for completions or bootstrap socket events and
  * handle them; also on a failed context (ib_destroy drains with it). */
 static void progress_wait(tl_ctx_t *ctx, double timeout_s)
 {
     double spin_end = 0, spin = FLX_MIN(ctx->cfg.ib_spin_s, timeout_s);
-    int nfds = 0, rc, coarse = spin >= SPIN_COARSE_S;
+    int nfds = 0, rc;
 
     /* busy-poll like perftest does, giving the core away now and then in
      * case ranks outnumber cores */
@@ -905,14 +906,15 @@ static void progress_wait(tl_ctx_t *ctx, double timeout_s)
         }
         if (spin <= 0)
             break;
-        if (it % SPIN_POLLS == 0) {
-            double now = coarse ? flx_time_coarse() : flx_time_now();
+        if (it % SPIN_CLOCK_POLLS == 0) {
+            double now = flx_time_now();
             if (spin_end == 0)
-                spin_end = now + spin + (coarse ? ctx->tick_s : 0);
+                spin_end = now + spin;
             else if (now >= spin_end)
                 break;
-            sched_yield();
         }
+        if (it % SPIN_YIELD_POLLS == 0)
+            sched_yield();
     }
     /* sleep on the completion channel and the bootstrap sockets */
     if (ibv_req_notify_cq(ctx->cq, 0) != 0) {
@@ -1033,7 +1035,6 @@ static flx_status_t ib_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t **
     ctx->slot_size = sizeof(ib_hdr_t) + ctx->eager_max;
     ctx->recv_depth = cfg->ib_recv_depth;
     ctx->nqps = cfg->ib_qps_per_peer;
-    ctx->tick_s = flx_time_coarse_res();
     ctx->rdv_slots = 4096;
     ctx->conns = calloc((size_t)ctx->size, sizeof(*ctx->conns));
     ctx->rdv = calloc((size_t)ctx->rdv_slots, sizeof(*ctx->rdv));

@@ -200,7 +200,6 @@ struct tl_ctx {
     int recv_depth;              /* receives posted per peer              */
     uint32_t max_inline;
     int nqps;                    /* QPs per peer (FLX_IB_QPS_PER_PEER)    */
-    double tick_s;               /* resolution of flx_time_coarse        */
     ib_rdv_slot_t *rdv;          /* [rdv_slots] by IMM id                 */
     int rdv_slots;
     uint32_t rdv_next;
