@@ -63,6 +63,7 @@ static flx_status_t allgatherv_run(flx_comm_h comm, const void *sendbuf, size_t 
     const int n = comm->size, r = comm->rank;
     uint64_t *wire;
     size_t *rot, total = 0, largest = 0;
+    flx_algo_t calgo;
     flx_status_t st;
 
     /* slot 1 is ours: the algorithms below only use slot 0 */
@@ -73,11 +74,12 @@ static flx_status_t allgatherv_run(flx_comm_h comm, const void *sendbuf, size_t 
     wire[r] = sendbytes;
     if (algo == FLX_ALGO_AUTO)
         algo = (flx_algo_t)comm->cfg.algo;
-    coll_begin(comm, COLL_ALLGATHERV, algo == FLX_ALGO_RD ? FLX_ALGO_RD : FLX_ALGO_RING,
-               FLX_INT64, 0, (size_t)n, "allgatherv (counts)");
+    /* the counts: a small allgather, its algorithm picked like one */
+    calgo = comm_pick_allgather(comm, sizeof(uint64_t), algo, 0);
+    coll_begin(comm, COLL_ALLGATHERV, calgo, FLX_INT64, 0, (size_t)n, "allgatherv (counts)");
     if (n > 1) {
-        st = algo == FLX_ALGO_RD ? coll_allgather_bruck(comm, wire, sizeof(uint64_t))
-                                 : coll_allgather_ring(comm, wire, sizeof(uint64_t));
+        st = calgo == FLX_ALGO_RD ? coll_allgather_bruck(comm, wire, sizeof(uint64_t))
+                                  : coll_allgather_ring(comm, wire, sizeof(uint64_t));
         if (st != FLX_OK)
             return st;
     }
@@ -94,8 +96,7 @@ static flx_status_t allgatherv_run(flx_comm_h comm, const void *sendbuf, size_t 
         return FLX_ERR_INVALID_ARG;
     }
     if (algo != FLX_ALGO_RING && algo != FLX_ALGO_RD)
-        algo = model_pick_allgather(n, (double)largest, comm->model.alpha_s,
-                                    comm->model.beta_bytes_per_s);
+        algo = comm_pick_allgather(comm, (double)largest, algo, 0);
     if (sendbytes && (const char *)sendbuf != (char *)recvbuf + displs[r])
         memmove((char *)recvbuf + displs[r], sendbuf, sendbytes);
     coll_begin(comm, COLL_ALLGATHERV, algo, FLX_INT64, 1, total, "allgatherv");

@@ -66,6 +66,31 @@ flx_algo_t comm_pick_allreduce(flx_comm_h comm, size_t count, flx_dtype_t dtype,
                                         comm->ar, (double)comm->cfg.chunk_size, call);
 }
 
+flx_algo_t comm_pick_allgather(flx_comm_h comm, double bpr, flx_algo_t algo, int run)
+{
+    unsigned long call = 0;
+
+    if (algo == FLX_ALGO_AUTO)
+        algo = (flx_algo_t)comm->cfg.algo;
+    if (algo == FLX_ALGO_RING || algo == FLX_ALGO_RD)
+        return algo;
+    if (run && comm->cfg.model_refresh > 0)
+        call = comm->live.ag_autos++;
+    return model_pick_allgather_explore(comm->size, bpr, comm->ag, call);
+}
+
+flx_algo_t flx_allgather_algo(flx_comm_h comm, size_t count, flx_dtype_t dtype)
+{
+    flx_algo_t algo;
+
+    if (comm == NULL || !flx_dtype_valid(dtype))
+        return FLX_ALGO_AUTO;
+    pthread_mutex_lock(&comm->lock);
+    algo = comm_pick_allgather(comm, (double)count * flx_dtype_size(dtype), FLX_ALGO_AUTO, 0);
+    pthread_mutex_unlock(&comm->lock);
+    return algo;
+}
+
 flx_algo_t flx_allreduce_algo(flx_comm_h comm, size_t count, flx_dtype_t dtype)
 {
     flx_algo_t algo = FLX_ALGO_AUTO;
@@ -187,11 +212,7 @@ flx_status_t comm_run_allgather(flx_comm_h comm, const void *sendbuf, void *recv
     flx_status_t st;
     double t0;
 
-    if (algo == FLX_ALGO_AUTO)
-        algo = (flx_algo_t)comm->cfg.algo;
-    if (algo == FLX_ALGO_AUTO || algo == FLX_ALGO_TREE)
-        algo = model_pick_allgather(comm->size, (double)bpr, comm->model.alpha_s,
-                                    comm->model.beta_bytes_per_s);
+    algo = comm_pick_allgather(comm, (double)bpr, algo, 1);
     if (sendbuf != mine && bpr)
         memcpy(mine, sendbuf, bpr);
     coll_begin(comm, COLL_ALLGATHER, algo, dtype, 0, count, "allgather");

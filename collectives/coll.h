@@ -56,14 +56,27 @@ flx_algo_t model_pick_allreduce_ab(int n, double bytes, const model_ab_t ar[MODE
 #define MODEL_EXPLORE_MARGIN 2.0
 flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar[MODEL_NAR],
                                          double chunk, unsigned long call);
+/* The allgather's algorithms the same way: ring (index 0) and Bruck
+ * (FLX_ALGO_RD, index 1), each with its own (alpha, 1/beta), fitted at
+ * creation like the allreduce's: the link's ping-pong alpha does not
+ * predict a ring step among ranks that share cores. */
+static inline int model_ag_index(flx_algo_t algo) { return algo == FLX_ALGO_RD; }
+void model_allgather_terms(flx_algo_t algo, int n, double bytes_per_rank, double *c0_p,
+                           double *a_p, double *b_p);
+double model_allgather_time_ab(flx_algo_t algo, int n, double bytes_per_rank, model_ab_t ab);
+flx_algo_t model_pick_allgather_explore(int n, double bytes_per_rank,
+                                        const model_ab_t ag[MODEL_NAG], unsigned long call);
 /* Solve a alpha + b inv_bw = t - c0 at two sizes, small and large, each
  * {c0, a, b, t}; 0 and *ab_p set, or -1 (no positive solution) and *ab_p
  * untouched. */
 int model_fit_ab(const double small[4], const double large[4], model_ab_t *ab_p);
-/* Install a model (ar NULL: every algorithm at the link's values); exec held. */
-void comm_set_model(flx_comm_h comm, flx_link_model_t link, const model_ab_t ar[MODEL_NAR]);
+/* Install a model (ar, ag NULL: every algorithm at the link's values); exec
+ * held. */
+void comm_set_model(flx_comm_h comm, flx_link_model_t link, const model_ab_t ar[MODEL_NAR],
+                    const model_ab_t ag[MODEL_NAG]);
 /* At creation: the link (ping-pong with rank ^ 1, unless FLX_ALPHA and
- * FLX_BETA fix it) and each allreduce algorithm's fit, installed. */
+ * FLX_BETA fix it) and each allreduce and allgather algorithm's fit,
+ * installed. */
 flx_status_t model_setup(flx_comm_h comm);
 flx_algo_t model_pick_allgather(int n, double bytes_per_rank, double alpha, double beta);
 int model_pick_bcast_chain(int n, double bytes, double alpha, double beta, double chunk);
@@ -110,6 +123,9 @@ flx_status_t comm_run_allgather(flx_comm_h comm, const void *sendbuf, void *recv
  * the exploration (model_pick_allreduce_explore); 0 for a query. */
 flx_algo_t comm_pick_allreduce(flx_comm_h comm, size_t count, flx_dtype_t dtype,
                                flx_algo_t algo, int run);
+/* The same for an allgather of bytes_per_rank (FLX_ALGO_TREE, which the
+ * allgather does not have, picks too). */
+flx_algo_t comm_pick_allgather(flx_comm_h comm, double bytes_per_rank, flx_algo_t algo, int run);
 
 /* ---- compression layer support (collectives/allgatherv.c; used by compress/) ---- */
 

@@ -39,20 +39,23 @@ typedef struct {
     double alpha, inv_bw;
 } model_ab_t;
 
-/* The allreduce algorithms with a model each: index algo - FLX_ALGO_RING. */
-enum { MODEL_NAR = 3 };
+/* The allreduce algorithms with a model each: index algo - FLX_ALGO_RING;
+ * the allgather's two (ring, Bruck): model_ag_index. */
+enum { MODEL_NAR = 3, MODEL_NAG = 2 };
 
 /* The live model's state on this rank (model.c). */
 typedef struct {
     int started;
-    model_ab_t link, ar[MODEL_NAR];   /* this rank's EWMAs                */
-    model_ab_t link0, ar0[MODEL_NAR]; /* where they started: their bounds  */
+    model_ab_t link, ar[MODEL_NAR], ag[MODEL_NAG];    /* this rank's EWMAs */
+    model_ab_t link0, ar0[MODEL_NAR], ag0[MODEL_NAG]; /* where they started:
+                                                         their bounds     */
     int nbw, nlat;            /* observations since the last agreement    */
     unsigned long autos;      /* automatic allreduce choices made so far   */
-    double hist[1 + MODEL_NAR][2][2]; /* [link, ar...][alpha, 1/beta]: the
-                                 last two observations (-1: none; the
-                                 start value first), for model_learn's
-                                 spike filter                             */
+    unsigned long ag_autos;   /* ... and allgather choices                 */
+    double hist[1 + MODEL_NAR + MODEL_NAG][2][2]; /* [link, ar..., ag...]
+                                 [alpha, 1/beta]: the last two
+                                 observations (-1: none; the start value
+                                 first), for model_learn's spike filter   */
 } model_live_t;
 
 struct flx_comm {
@@ -69,6 +72,7 @@ struct flx_comm {
     model_ab_t ar[MODEL_NAR]; /* each allreduce algorithm's own (alpha,
                                  1/beta): fitted at creation, then live;
                                  written under exec and lock             */
+    model_ab_t ag[MODEL_NAG]; /* the same for the allgather's algorithms */
     model_live_t live;
     flx_status_t err;         /* sticky: the first failure (under exec)  */
     /* written by any thread, read with __atomic_load_n */

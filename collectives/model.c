@@ -12,14 +12,18 @@
  *   binomial bcast   ceil(log2 N) (alpha + S/beta)
  *   chain bcast      (N-2 + S/c) (alpha + c/beta)
  *
- * Each allreduce algorithm has its own alpha and 1/beta in these formulas
- * (the formulas' shapes stay; the constants are the algorithm's own): at
- * creation they are fitted to two timed runs of it, 8 B and 1 MiB
- * (model_fit_allreduce).
+ * Each allreduce and allgather algorithm has its own alpha and 1/beta in
+ * these formulas (the formulas' shapes stay; the constants are the
+ * algorithm's own): at creation they are fitted to two timed runs of it,
+ * 8 B and 1 MiB (per rank 8 B and 1 MiB / N for the allgather; model_fit).
+ * The link's ping-pong alpha predicts neither: with 4 ranks on 2 cores a
+ * ring allgather step took 56-87 us where the ping-pong alpha was 11 us,
+ * and the Bruck allgather, taken up to 28 KiB from the link's model, was
+ * the faster one up to 256 KiB.
  *
  * Live refresh: every allreduce and allgather that ran is an observation of
- * the term that dominated its prediction (model_learn), for that allreduce
- * algorithm only (allgather: the link's), passed through a median-of-3
+ * the term that dominated its prediction (model_learn), for that
+ * algorithm only, passed through a median-of-3
  * spike filter: on a shared machine one run in twenty may stall for
  * milliseconds, and a single stall must not make an algorithm look slow.
  * Algorithms do not move each other: each formula has its own error, and
@@ -93,6 +97,26 @@ double model_allgather_time(flx_algo_t algo, int n, double bpr, double alpha, do
     return 1e30;
 }
 
+void model_allgather_terms(flx_algo_t algo, int n, double bpr, double *c0_p, double *a_p,
+                           double *b_p)
+{
+    double c0 = model_allgather_time(algo, n, bpr, 0.0, INFINITY);
+
+    *c0_p = c0;
+    *a_p = model_allgather_time(algo, n, bpr, 1.0, INFINITY) - c0;
+    *b_p = model_allgather_time(algo, n, bpr, 0.0, 1.0) - c0;
+}
+
+double model_allgather_time_ab(flx_algo_t algo, int n, double bpr, model_ab_t ab)
+{
+    double c0, a, b;
+
+    if (n <= 1)
+        return 0;
+    model_allgather_terms(algo, n, bpr, &c0, &a, &b);
+    return c0 + a * ab.alpha + b * ab.inv_bw;
+}
+
 double model_bcast_time(int chain, int n, double bytes, double alpha, double beta,
                         double chunk)
 {
@@ -125,6 +149,29 @@ double model_allreduce_time_ab(flx_algo_t algo, int n, double bytes, model_ab_t 
     return c0 + a * ab.alpha + b * ab.inv_bw;
 }
 
+/* The index of the smallest of t[0, k) (the first of equals; 1e300 and
+ * above: not a candidate), or on an exploring call the runner-up's when it
+ * is within MODEL_EXPLORE_MARGIN of the best.  t[0] is a candidate. */
+static int model_pick_index(const double *t, int k, unsigned long call)
+{
+    int best = 0, second = -1;
+
+    for (int i = 1; i < k; i++) {
+        if (!(t[i] < 1e300))
+            continue;
+        if (t[i] < t[best]) {
+            second = best;
+            best = i;
+        } else if (second < 0 || t[i] < t[second]) {
+            second = i;
+        }
+    }
+    if (call % MODEL_EXPLORE == MODEL_EXPLORE - 1 && second >= 0 &&
+        t[second] <= MODEL_EXPLORE_MARGIN * t[best])
+        return second;
+    return best;
+}
+
 /* With 2 ranks the tree is a reduce to one rank and a broadcast back: two
  * steps where recursive doubling takes one, and no more bandwidth than the
  * ring, so it is never picked there, whatever a noisy fit says (its 8 B fit
@@ -132,29 +179,23 @@ double model_allreduce_time_ab(flx_algo_t algo, int n, double bytes, model_ab_t 
 flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar[MODEL_NAR],
                                          double chunk, unsigned long call)
 {
-    flx_algo_t best = FLX_ALGO_RING, second = FLX_ALGO_AUTO;
-    double best_t = 1e300, second_t = 1e300;
+    double t[MODEL_NAR];
 
     for (int i = 0; i < MODEL_NAR; i++) {
         flx_algo_t algo = (flx_algo_t)(FLX_ALGO_RING + i);
-        double t;
-        if (n == 2 && algo == FLX_ALGO_TREE)
-            continue;
-        t = model_allreduce_time_ab(algo, n, bytes, ar[i], chunk);
-        if (t < best_t) {
-            second = best_t < 1e300 ? best : FLX_ALGO_AUTO;
-            second_t = best_t;
-            best_t = t;
-            best = algo;
-        } else if (t < second_t) {
-            second_t = t;
-            second = algo;
-        }
+        t[i] = n == 2 && algo == FLX_ALGO_TREE ? 1e300
+                                                : model_allreduce_time_ab(algo, n, bytes, ar[i], chunk);
     }
-    if (call % MODEL_EXPLORE == MODEL_EXPLORE - 1 && second != FLX_ALGO_AUTO &&
-        second_t <= MODEL_EXPLORE_MARGIN * best_t)
-        return second;
-    return best;
+    return (flx_algo_t)(FLX_ALGO_RING + model_pick_index(t, MODEL_NAR, call));
+}
+
+flx_algo_t model_pick_allgather_explore(int n, double bpr, const model_ab_t ag[MODEL_NAG],
+                                        unsigned long call)
+{
+    double t[MODEL_NAG] = {model_allgather_time_ab(FLX_ALGO_RING, n, bpr, ag[0]),
+                           model_allgather_time_ab(FLX_ALGO_RD, n, bpr, ag[1])};
+
+    return model_pick_index(t, MODEL_NAG, call) ? FLX_ALGO_RD : FLX_ALGO_RING;
 }
 
 flx_algo_t model_pick_allreduce_ab(int n, double bytes, const model_ab_t ar[MODEL_NAR], double chunk)
@@ -190,10 +231,9 @@ int model_fit_ab(const double small[4], const double large[4], model_ab_t *ab_p)
 
 flx_algo_t model_pick_allgather(int n, double bpr, double alpha, double beta)
 {
-    return model_allgather_time(FLX_ALGO_RD, n, bpr, alpha, beta) <
-                   model_allgather_time(FLX_ALGO_RING, n, bpr, alpha, beta)
-               ? FLX_ALGO_RD
-               : FLX_ALGO_RING;
+    const model_ab_t ag[MODEL_NAG] = {{alpha, 1.0 / beta}, {alpha, 1.0 / beta}};
+
+    return model_pick_allgather_explore(n, bpr, ag, 0);
 }
 
 int model_pick_bcast_chain(int n, double bytes, double alpha, double beta, double chunk)
@@ -258,11 +298,14 @@ static void model_live_start(flx_comm_h comm)
     lv->link = lv->link0 = (model_ab_t){comm->model.alpha_s, 1.0 / comm->model.beta_bytes_per_s};
     for (int i = 0; i < MODEL_NAR; i++)
         lv->ar[i] = lv->ar0[i] = comm->ar[i];
+    for (int i = 0; i < MODEL_NAG; i++)
+        lv->ag[i] = lv->ag0[i] = comm->ag[i];
     lv->nbw = lv->nlat = 0;
     /* the filter's history starts with the start values: a first stalled
      * run moves nothing either */
-    for (int i = 0; i < 1 + MODEL_NAR; i++) {
-        model_ab_t s = i == 0 ? lv->link0 : lv->ar0[i - 1];
+    for (int i = 0; i < 1 + MODEL_NAR + MODEL_NAG; i++) {
+        model_ab_t s = i == 0 ? lv->link0 : i <= MODEL_NAR ? lv->ar0[i - 1]
+                                                          : lv->ag0[i - 1 - MODEL_NAR];
         lv->hist[i][0][0] = lv->hist[i][1][0] = -1;
         lv->hist[i][0][1] = s.alpha;
         lv->hist[i][1][1] = s.inv_bw;
@@ -278,12 +321,17 @@ static void model_bounds(model_ab_t start, double lo[2], double hi[2])
     hi[1] = start.inv_bw * MODEL_RANGE;
 }
 
-void comm_set_model(flx_comm_h comm, flx_link_model_t link, const model_ab_t ar[MODEL_NAR])
+void comm_set_model(flx_comm_h comm, flx_link_model_t link, const model_ab_t ar[MODEL_NAR],
+                    const model_ab_t ag[MODEL_NAG])
 {
+    const model_ab_t ab = {link.alpha_s, 1.0 / link.beta_bytes_per_s};
+
     pthread_mutex_lock(&comm->lock); /* flx_comm_link_model and friends read from any thread */
     comm->model = link;
     for (int i = 0; i < MODEL_NAR; i++)
-        comm->ar[i] = ar ? ar[i] : (model_ab_t){link.alpha_s, 1.0 / link.beta_bytes_per_s};
+        comm->ar[i] = ar ? ar[i] : ab;
+    for (int i = 0; i < MODEL_NAG; i++)
+        comm->ag[i] = ag ? ag[i] : ab;
     pthread_mutex_unlock(&comm->lock);
 }
 
@@ -291,16 +339,17 @@ void comm_set_model(flx_comm_h comm, flx_link_model_t link, const model_ab_t ar[
 static flx_status_t model_agree_live(flx_comm_h comm)
 {
     model_live_t *lv = &comm->live;
-    double vals[2 + 2 * MODEL_NAR];
-    model_ab_t ar[MODEL_NAR];
+    double vals[2 + 2 * (MODEL_NAR + MODEL_NAG)];
+    model_ab_t ar[MODEL_NAR], ag[MODEL_NAG];
     flx_link_model_t link;
     flx_status_t st;
 
     vals[0] = lv->link.alpha;
     vals[1] = lv->link.inv_bw;
-    for (int i = 0; i < MODEL_NAR; i++) {
-        vals[2 + 2 * i] = lv->ar[i].alpha;
-        vals[3 + 2 * i] = lv->ar[i].inv_bw;
+    for (int i = 0; i < MODEL_NAR + MODEL_NAG; i++) {
+        const model_ab_t *m = i < MODEL_NAR ? &lv->ar[i] : &lv->ag[i - MODEL_NAR];
+        vals[2 + 2 * i] = m->alpha;
+        vals[3 + 2 * i] = m->inv_bw;
     }
     coll_begin(comm, COLL_CALIBRATE, FLX_ALGO_RD, FLX_FLOAT64, FLX_MAX, FLX_ARRAY_SIZE(vals),
                "link model refresh");
@@ -309,19 +358,24 @@ static flx_status_t model_agree_live(flx_comm_h comm)
         return st;
     link.alpha_s = vals[0];
     link.beta_bytes_per_s = 1.0 / vals[1];
-    for (int i = 0; i < MODEL_NAR; i++)
-        ar[i] = (model_ab_t){vals[2 + 2 * i], vals[3 + 2 * i]};
+    for (int i = 0; i < MODEL_NAR + MODEL_NAG; i++) {
+        model_ab_t m = {vals[2 + 2 * i], vals[3 + 2 * i]};
+        if (i < MODEL_NAR)
+            ar[i] = m;
+        else
+            ag[i - MODEL_NAR] = m;
+    }
     if (fabs(link.beta_bytes_per_s - comm->model.beta_bytes_per_s) > 0.2 * comm->model.beta_bytes_per_s ||
         fabs(ar[0].inv_bw - comm->ar[0].inv_bw) > 0.2 * comm->ar[0].inv_bw)
         flx_info(COLL, comm->rank, "link model refreshed from live timings: alpha %.1f us, beta "
                  "%.3g GB/s (was %.3g); the ring's beta %.3g GB/s (was %.3g)", link.alpha_s * 1e6,
                  link.beta_bytes_per_s / 1e9, comm->model.beta_bytes_per_s / 1e9,
                  1.0 / ar[0].inv_bw / 1e9, 1.0 / comm->ar[0].inv_bw / 1e9);
-    comm_set_model(comm, link, ar);
+    comm_set_model(comm, link, ar, ag);
     /* go on from the agreed values, within the bounds of the start */
     lv->link = (model_ab_t){link.alpha_s, 1.0 / link.beta_bytes_per_s};
-    for (int i = 0; i < MODEL_NAR; i++)
-        lv->ar[i] = ar[i];
+    memcpy(lv->ar, ar, sizeof(ar));
+    memcpy(lv->ag, ag, sizeof(ag));
     lv->nbw = lv->nlat = 0;
     return FLX_OK;
 }
@@ -329,10 +383,10 @@ static flx_status_t model_agree_live(flx_comm_h comm)
 flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double bytes, double t)
 {
     model_live_t *lv = &comm->live;
-    double chunk = (double)comm->cfg.chunk_size, c0, a, b, lo[2], hi[2], before;
-    model_ab_t *mine, start;
+    double chunk = (double)comm->cfg.chunk_size, c0, a, b, lo[2], hi[2];
+    model_ab_t *mine, start, before;
     double (*hist)[2];
-    int which, ai = (int)algo - FLX_ALGO_RING;
+    int which, ai = (int)algo - FLX_ALGO_RING, gi = model_ag_index(algo);
 
     if (comm->cfg.model_refresh <= 0 || comm->size < 2 || !(bytes > 0))
         return FLX_OK;
@@ -343,13 +397,13 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
         mine = &lv->ar[ai];
         start = lv->ar0[ai];
         hist = lv->hist[1 + ai];
+    } else if (kind == COLL_ALLGATHER && (algo == FLX_ALGO_RING || algo == FLX_ALGO_RD)) {
+        model_allgather_terms(algo, comm->size, bytes, &c0, &a, &b);
+        mine = &lv->ag[gi];
+        start = lv->ag0[gi];
+        hist = lv->hist[1 + MODEL_NAR + gi];
     } else {
-        c0 = model_allgather_time(algo, comm->size, bytes, 0.0, INFINITY);
-        a = model_allgather_time(algo, comm->size, bytes, 1.0, INFINITY) - c0;
-        b = model_allgather_time(algo, comm->size, bytes, 0.0, 1.0) - c0;
-        mine = &lv->link;
-        start = lv->link0;
-        hist = lv->hist[0];
+        return FLX_OK;
     }
     model_bounds(start, lo, hi);
     /* the dominant term is judged by where the live model started (the
@@ -359,12 +413,14 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
      * on alpha too, up to the clamp (a 1 Gbit run: the tree predicted
      * 111 ms at 8 and at 16 MiB, measured 211 and 377) */
     which = model_dominant(a, b, start.alpha, start.inv_bw);
-    before = mine->inv_bw;
+    before = *mine;
     model_learn(&mine->alpha, &mine->inv_bw, t - c0, a, b, which, MODEL_LAMBDA, lo, hi, hist);
-    if (mine != &lv->link) { /* the link's model follows every algorithm's traffic */
-        model_bounds(lv->link0, lo, hi);
-        lv->link.inv_bw = model_clamp(lv->link.inv_bw * mine->inv_bw / before, lo[1], hi[1]);
-    }
+    /* the link's model (broadcast, the controller's sparse formulas,
+     * flx_comm_link_model) follows every algorithm's traffic, by the same
+     * ratio as the term that learnt */
+    model_bounds(lv->link0, lo, hi);
+    lv->link.alpha = model_clamp(lv->link.alpha * mine->alpha / before.alpha, lo[0], hi[0]);
+    lv->link.inv_bw = model_clamp(lv->link.inv_bw * mine->inv_bw / before.inv_bw, lo[1], hi[1]);
     if (which == 2)
         lv->nbw++;
     else
@@ -375,52 +431,79 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
 }
 
 /* At creation (and flx_comm_calibrate): time every allreduce algorithm at
- * 8 bytes (median of 5) and at MODEL_FIT_BYTES (best of 3), each run after
- * a barrier and all interleaved so that a burst of load hits them alike;
- * agree on the largest time any rank saw of each (the slowest rank's);
- * solve each algorithm's formula for its own alpha and 1/beta
- * (model_fit_ab).  A fit that fails (noise made a term negative)
- * leaves that algorithm at the link's values. */
+ * 8 bytes (median of 5) and at MODEL_FIT_BYTES (best of 3), and every
+ * allgather algorithm at 8 bytes and MODEL_FIT_BYTES / N per rank, each run
+ * after a barrier and all interleaved so that a burst of load hits them
+ * alike; agree on the largest time any rank saw of each (the slowest
+ * rank's); solve each algorithm's formula for its own alpha and 1/beta
+ * (model_fit_ab).  A fit that fails (noise made a term negative) leaves
+ * that algorithm at the link's values. */
 #define MODEL_FIT_BYTES (1024.0 * 1024.0) /* large enough that a stall of a few
                                              hundred us does not decide the fit */
-static flx_status_t model_fit_allreduce(flx_comm_h comm, model_ab_t ar[MODEL_NAR])
+enum { MODEL_NFIT = MODEL_NAR + MODEL_NAG };
+
+/* fitted model i: the allreduce's algorithms, then the allgather's */
+static flx_algo_t model_fit_algo(int i)
+{
+    return i < MODEL_NAR ? (flx_algo_t)(FLX_ALGO_RING + i)
+                         : i == MODEL_NAR ? FLX_ALGO_RING : FLX_ALGO_RD;
+}
+
+/* one timed run of fitted model i: count floats (per rank for the allgather) */
+static flx_status_t model_fit_run(flx_comm_h comm, int i, float *buf, size_t count, double *t_p)
+{
+    const flx_algo_t algo = model_fit_algo(i);
+    flx_status_t st;
+    double t0;
+
+    *t_p = 0;
+    coll_begin(comm, COLL_BARRIER, FLX_ALGO_RD, FLX_INT32, 0, 0, "model fit");
+    st = coll_barrier_dissemination(comm);
+    if (st != FLX_OK)
+        return st;
+    coll_begin(comm, i < MODEL_NAR ? COLL_ALLREDUCE : COLL_ALLGATHER, algo, FLX_FLOAT32,
+               i < MODEL_NAR ? FLX_SUM : 0, count, "model fit");
+    t0 = flx_time_now();
+    if (i >= MODEL_NAR)
+        st = algo == FLX_ALGO_RD ? coll_allgather_bruck(comm, buf, count * sizeof(float))
+                                 : coll_allgather_ring(comm, buf, count * sizeof(float));
+    else
+        st = algo == FLX_ALGO_RING   ? coll_allreduce_ring(comm, buf, count, FLX_FLOAT32, FLX_SUM)
+             : algo == FLX_ALGO_TREE ? coll_allreduce_tree(comm, buf, count, FLX_FLOAT32, FLX_SUM)
+                                     : coll_allreduce_rd(comm, buf, count, FLX_FLOAT32, FLX_SUM);
+    *t_p = flx_time_now() - t0;
+    return st;
+}
+
+static flx_status_t model_fit(flx_comm_h comm, model_ab_t ar[MODEL_NAR], model_ab_t ag[MODEL_NAG])
 {
     enum { SMALL_REPS = 5, LARGE_REPS = 3 };
     const size_t nlarge = (size_t)MODEL_FIT_BYTES / sizeof(float);
-    double times[2 * MODEL_NAR], small[MODEL_NAR][SMALL_REPS];
+    double times[2 * MODEL_NFIT], small[MODEL_NFIT][SMALL_REPS];
     double chunk = (double)comm->cfg.chunk_size;
     float *buf = calloc(nlarge, sizeof(float));
     flx_status_t st = FLX_OK;
 
     if (buf == NULL)
         return FLX_ERR_NO_MEMORY;
-    for (int i = 0; i < MODEL_NAR; i++)
+    for (int i = 0; i < MODEL_NFIT; i++)
         times[2 * i + 1] = 1e300;
     for (int rep = 0; rep < SMALL_REPS + LARGE_REPS && st == FLX_OK; rep++) {
-        for (int i = 0; i < MODEL_NAR && st == FLX_OK; i++) {
-            flx_algo_t algo = (flx_algo_t)(FLX_ALGO_RING + i);
-            size_t count = rep < SMALL_REPS ? 2 : nlarge;
-            double t0;
+        for (int i = 0; i < MODEL_NFIT && st == FLX_OK; i++) {
+            size_t count = rep < SMALL_REPS ? 2 : i < MODEL_NAR ? nlarge : nlarge / comm->size;
+            double t;
 
-            coll_begin(comm, COLL_BARRIER, FLX_ALGO_RD, FLX_INT32, 0, 0, "model fit");
-            st = coll_barrier_dissemination(comm);
-            if (st != FLX_OK)
-                break;
-            coll_begin(comm, COLL_ALLREDUCE, algo, FLX_FLOAT32, FLX_SUM, count, "model fit");
-            t0 = flx_time_now();
-            st = algo == FLX_ALGO_RING   ? coll_allreduce_ring(comm, buf, count, FLX_FLOAT32, FLX_SUM)
-                 : algo == FLX_ALGO_TREE ? coll_allreduce_tree(comm, buf, count, FLX_FLOAT32, FLX_SUM)
-                                         : coll_allreduce_rd(comm, buf, count, FLX_FLOAT32, FLX_SUM);
+            st = model_fit_run(comm, i, buf, count, &t);
             if (rep < SMALL_REPS)
-                small[i][rep] = flx_time_now() - t0;
+                small[i][rep] = t;
             else
-                times[2 * i + 1] = FLX_MIN(times[2 * i + 1], flx_time_now() - t0);
+                times[2 * i + 1] = FLX_MIN(times[2 * i + 1], t);
         }
     }
     free(buf);
     if (st != FLX_OK)
         return st;
-    for (int i = 0; i < MODEL_NAR; i++) {
+    for (int i = 0; i < MODEL_NFIT; i++) {
         qsort(small[i], SMALL_REPS, sizeof(double), cmp_double);
         times[2 * i] = small[i][SMALL_REPS / 2];
     }
@@ -429,18 +512,26 @@ static flx_status_t model_fit_allreduce(flx_comm_h comm, model_ab_t ar[MODEL_NAR
     st = coll_allreduce_rd(comm, times, FLX_ARRAY_SIZE(times), FLX_FLOAT64, FLX_MAX);
     if (st != FLX_OK)
         return st;
-    for (int i = 0; i < MODEL_NAR; i++) {
-        flx_algo_t algo = (flx_algo_t)(FLX_ALGO_RING + i);
-        double sm[4], lg[4];
+    for (int i = 0; i < MODEL_NFIT; i++) {
+        flx_algo_t algo = model_fit_algo(i);
+        double sm[4], lg[4], large = i < MODEL_NAR ? MODEL_FIT_BYTES
+                                     : (double)(nlarge / comm->size * sizeof(float));
+        model_ab_t *ab = i < MODEL_NAR ? &ar[i] : &ag[i - MODEL_NAR];
 
-        model_allreduce_terms(algo, comm->size, 8.0, chunk, &sm[0], &sm[1], &sm[2]);
-        model_allreduce_terms(algo, comm->size, MODEL_FIT_BYTES, chunk, &lg[0], &lg[1], &lg[2]);
+        if (i < MODEL_NAR) {
+            model_allreduce_terms(algo, comm->size, 8.0, chunk, &sm[0], &sm[1], &sm[2]);
+            model_allreduce_terms(algo, comm->size, large, chunk, &lg[0], &lg[1], &lg[2]);
+        } else {
+            model_allgather_terms(algo, comm->size, 8.0, &sm[0], &sm[1], &sm[2]);
+            model_allgather_terms(algo, comm->size, large, &lg[0], &lg[1], &lg[2]);
+        }
         sm[3] = times[2 * i];
         lg[3] = times[2 * i + 1];
-        if (model_fit_ab(sm, lg, &ar[i]) != 0)
-            flx_info(COLL, comm->rank, "model fit of the %s allreduce failed (8 B %.1f us, "
-                     "1 MiB %.1f us): it keeps the link's alpha and beta", flx_algo_name(algo),
-                     sm[3] * 1e6, lg[3] * 1e6);
+        if (model_fit_ab(sm, lg, ab) != 0)
+            flx_info(COLL, comm->rank, "model fit of the %s %s failed (8 B %.1f us, %.0f KiB "
+                     "%.1f us): it keeps the link's alpha and beta", flx_algo_name(algo),
+                     i < MODEL_NAR ? "allreduce" : "allgather", sm[3] * 1e6, large / 1024,
+                     lg[3] * 1e6);
     }
     return FLX_OK;
 }
@@ -555,18 +646,19 @@ static flx_status_t model_calibrate(flx_comm_h comm, flx_link_model_t *model_p)
     return model_agree_worst(comm, link.alpha_s, link.beta_bytes_per_s, model_p);
 }
 
-/* install link, then fit each allreduce algorithm from it; the live
- * refresh starts again from there */
+/* install link, then fit each allreduce and allgather algorithm from it;
+ * the live refresh starts again from there */
 static flx_status_t model_install_fitted(flx_comm_h comm, flx_link_model_t link)
 {
-    model_ab_t ar[MODEL_NAR];
+    model_ab_t ar[MODEL_NAR], ag[MODEL_NAG];
     flx_status_t st;
 
-    comm_set_model(comm, link, NULL);
+    comm_set_model(comm, link, NULL, NULL);
     memcpy(ar, comm->ar, sizeof(ar));
-    st = model_fit_allreduce(comm, ar);
+    memcpy(ag, comm->ag, sizeof(ag));
+    st = model_fit(comm, ar, ag);
     if (st == FLX_OK)
-        comm_set_model(comm, link, ar);
+        comm_set_model(comm, link, ar, ag);
     comm->live.started = 0;
     return st;
 }
@@ -577,7 +669,7 @@ flx_status_t model_setup(flx_comm_h comm)
                              comm->cfg.beta > 0 ? comm->cfg.beta : 1e9};
     flx_status_t st;
 
-    comm_set_model(comm, link, NULL);
+    comm_set_model(comm, link, NULL, NULL);
     if (comm->size < 2 || !comm->cfg.calibrate || (comm->cfg.alpha_s > 0 && comm->cfg.beta > 0))
         return FLX_OK;
     st = model_calibrate(comm, &link);
@@ -656,6 +748,27 @@ double flx_allreduce_predict(flx_comm_h comm, size_t count, flx_dtype_t dtype, f
         algo = comm_pick_allreduce(comm, count, dtype, FLX_ALGO_AUTO, 0);
     t = model_allreduce_time_ab(algo, comm->size, bytes, comm->ar[algo - FLX_ALGO_RING],
                                 (double)comm->cfg.chunk_size);
+    pthread_mutex_unlock(&comm->lock);
+    return t;
+}
+
+double flx_allgather_predict(flx_comm_h comm, size_t count, flx_dtype_t dtype, flx_algo_t algo)
+{
+    double bpr, t;
+
+    if (comm == NULL || !flx_dtype_valid(dtype) || (unsigned)algo >= FLX_ALGO_COUNT ||
+        algo == FLX_ALGO_TREE) {
+        flx_error(COLL, comm ? comm->rank : -1, "flx_allgather_predict: %s",
+                  comm == NULL ? "comm is NULL" : !flx_dtype_valid(dtype) ? "invalid dtype"
+                  : algo == FLX_ALGO_TREE ? "the allgather has no tree algorithm"
+                                          : "invalid algo");
+        return -1;
+    }
+    bpr = (double)count * (double)flx_dtype_size(dtype);
+    pthread_mutex_lock(&comm->lock);
+    if (algo == FLX_ALGO_AUTO)
+        algo = comm_pick_allgather(comm, bpr, FLX_ALGO_AUTO, 0);
+    t = model_allgather_time_ab(algo, comm->size, bpr, comm->ag[model_ag_index(algo)]);
     pthread_mutex_unlock(&comm->lock);
     return t;
 }

@@ -200,6 +200,13 @@ FLX_API flx_algo_t flx_allreduce_algo(flx_comm_h comm, size_t count,
  * was created and refreshed from live timings.  -1 for bad arguments. */
 FLX_API double flx_allreduce_predict(flx_comm_h comm, size_t count, flx_dtype_t dtype,
                                      flx_algo_t algo);
+/* The same for an allgather of count elements of dtype per rank: ring or
+ * FLX_ALGO_RD (Bruck), each with its own fitted alpha and beta.  FLX_ALGO
+ * tree counts as auto for the allgather's choice; flx_allgather_predict
+ * returns -1 for it. */
+FLX_API flx_algo_t flx_allgather_algo(flx_comm_h comm, size_t count, flx_dtype_t dtype);
+FLX_API double flx_allgather_predict(flx_comm_h comm, size_t count, flx_dtype_t dtype,
+                                     flx_algo_t algo);
 
 /* ---------------------------------------------------------------------- */
 /* Blocking collectives.  All ranks call them in the same order with the   */

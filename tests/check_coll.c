@@ -356,7 +356,7 @@ static int body_model_refresh(flx_comm_h comm, int rank, int size, void *arg)
     const int off = arg != NULL;
     const size_t count = 256 * 1024; /* 1 MiB of float32 */
     float *buf = malloc(count * sizeof(float)), *all = malloc(count * sizeof(float) * (size_t)size);
-    double betas[8 * 5], mine[5];
+    double betas[8 * 8], mine[8], ag0[2];
     flx_link_model_t m0, m1;
     flx_status_t st;
 
@@ -364,6 +364,8 @@ static int body_model_refresh(flx_comm_h comm, int rank, int size, void *arg)
         return mp_fail(rank, "out of memory");
     if ((st = flx_comm_link_model(comm, &m0)) != FLX_OK || m0.beta_bytes_per_s != 1e12)
         return mp_fail(rank, "start model: %s, beta %g", flx_status_string(st), m0.beta_bytes_per_s);
+    for (int a = 0; a < 2; a++)
+        ag0[a] = flx_allgather_predict(comm, count, FLX_FLOAT32, a ? FLX_ALGO_RD : FLX_ALGO_RING);
     for (int it = 0; it < 12; it++) {
         flx_request_h req;
 
@@ -412,13 +414,29 @@ static int body_model_refresh(flx_comm_h comm, int rank, int size, void *arg)
         return mp_fail(rank, "flx_allreduce_predict accepted a bad argument");
     if (size > 1 && !(mine[2] > 0 && mine[3] > 0 && mine[4] > 0))
         return mp_fail(rank, "predictions %g %g %g", mine[2], mine[3], mine[4]);
-    if (size <= 8 && (st = flx_allgather(comm, mine, betas, 5, FLX_FLOAT64, FLX_ALGO_AUTO)) != FLX_OK)
+    /* the allgather's own models: the ring's, which ran, learnt (or not,
+     * off); Bruck's, which never ran, did not move */
+    for (int a = 0; a < 2; a++)
+        mine[5 + a] = flx_allgather_predict(comm, count, FLX_FLOAT32, a ? FLX_ALGO_RD : FLX_ALGO_RING);
+    mine[7] = (double)flx_allgather_algo(comm, count, FLX_FLOAT32);
+    if (flx_allgather_predict(NULL, count, FLX_FLOAT32, FLX_ALGO_RING) != -1 ||
+        flx_allgather_predict(comm, count, (flx_dtype_t)99, FLX_ALGO_RING) != -1 ||
+        flx_allgather_predict(comm, count, FLX_FLOAT32, FLX_ALGO_TREE) != -1 ||
+        flx_allgather_predict(comm, count, FLX_FLOAT32, FLX_ALGO_COUNT) != -1 ||
+        flx_allgather_algo(NULL, count, FLX_FLOAT32) != FLX_ALGO_AUTO)
+        return mp_fail(rank, "flx_allgather_predict or _algo accepted a bad argument");
+    if (size > 1 && (mine[6] != ag0[1] || !(off ? mine[5] == ag0[0] : mine[5] > 5 * ag0[0]) ||
+                     !(ag0[0] > 0) || (mine[7] != FLX_ALGO_RING && mine[7] != FLX_ALGO_RD)))
+        return mp_fail(rank, "allgather predictions: ring %g us (started at %g), Bruck %g us "
+                       "(started at %g), pick %g", mine[5] * 1e6, ag0[0] * 1e6, mine[6] * 1e6,
+                       ag0[1] * 1e6, mine[7]);
+    if (size <= 8 && (st = flx_allgather(comm, mine, betas, 8, FLX_FLOAT64, FLX_ALGO_AUTO)) != FLX_OK)
         return mp_fail(rank, "allgather of the models: %s", flx_status_string(st));
     for (int r = 0; r < size && size <= 8; r++)
-        for (int k = 0; k < 5; k++)
-            if (betas[5 * r + k] != mine[k])
+        for (int k = 0; k < 8; k++)
+            if (betas[8 * r + k] != mine[k])
                 return mp_fail(rank, "rank %d holds model value %d = %g, I hold %g", r, k,
-                               betas[5 * r + k], mine[k]);
+                               betas[8 * r + k], mine[k]);
     free(buf);
     free(all);
     return 0;

@@ -720,6 +720,65 @@ START_TEST(test_model_allgather)
 }
 END_TEST
 
+/* The allgather's own fits: the terms are the formula, the fit recovers
+ * each algorithm's constants, and constants of their own move the choice.
+ * The case measured with 4 ranks on 2 cores: the ping-pong alpha (11.4 us)
+ * took the ring at 16 KiB per rank, where a ring step cost about 60 us and
+ * Bruck, with one step less, was the faster. */
+START_TEST(test_model_allgather_fit)
+{
+    const flx_algo_t algos[MODEL_NAG] = {FLX_ALGO_RING, FLX_ALGO_RD};
+    model_ab_t truth = {4.5e-5, 1.0 / 6e8}, got, ag[MODEL_NAG], link = {11.4e-6, 1.0 / 1.5e9};
+    int explored = 0;
+
+    for (int g = 0; g < MODEL_NAG; g++) {
+        ck_assert_int_eq(model_ag_index(algos[g]), g);
+        for (int n = 2; n <= 9; n++) {
+            double sm[4], lg[4], large = 1048576.0 / n;
+
+            model_allgather_terms(algos[g], n, 8, &sm[0], &sm[1], &sm[2]);
+            model_allgather_terms(algos[g], n, large, &lg[0], &lg[1], &lg[2]);
+            sm[3] = model_allgather_time_ab(algos[g], n, 8, truth);
+            lg[3] = model_allgather_time_ab(algos[g], n, large, truth);
+            ck_assert_time_eq(lg[3], model_allgather_time(algos[g], n, large, truth.alpha,
+                                                          1.0 / truth.inv_bw));
+            ck_assert_int_eq(model_fit_ab(sm, lg, &got), 0);
+            ck_assert_double_eq_tol(got.alpha, truth.alpha, 1e-12);
+            ck_assert_double_eq_tol(got.inv_bw, truth.inv_bw, 1e-16);
+        }
+        ck_assert(model_allgather_time_ab(algos[g], 1, 1e6, truth) == 0);
+    }
+    /* the link's constants for both: the old pick */
+    ag[0] = ag[1] = link;
+    for (double s = 1; s <= 1e9; s *= 4.1)
+        ck_assert_int_eq(model_pick_allgather_explore(4, s, ag, 0),
+                         model_pick_allgather(4, s, link.alpha, 1.0 / link.inv_bw));
+    ck_assert_int_eq(model_pick_allgather_explore(4, 16384, ag, 0), FLX_ALGO_RING);
+    /* each its own: a ring step of 60 us, a Bruck step of 45 us */
+    ag[0].alpha = 60e-6;
+    ag[1].alpha = 45e-6;
+    ck_assert_int_eq(model_pick_allgather_explore(4, 16384, ag, 0), FLX_ALGO_RD);
+    ck_assert_int_eq(model_pick_allgather_explore(4, 16.0 * (1 << 20), ag, 0), FLX_ALGO_RING);
+    /* exploring: at 128 KiB per rank the two are within 2x of each other */
+    for (unsigned long call = 0; call < 4 * MODEL_EXPLORE; call++) {
+        flx_algo_t a = model_pick_allgather_explore(4, 131072, ag, call);
+        flx_algo_t best = model_pick_allgather_explore(4, 131072, ag, 0);
+        if (call % MODEL_EXPLORE == MODEL_EXPLORE - 1) {
+            ck_assert_int_ne(a, best);
+            explored++;
+        } else {
+            ck_assert_int_eq(a, best);
+        }
+    }
+    ck_assert_int_eq(explored, 4);
+    /* but not a runner-up predicted more than 2x slower: 8 B on 4 ranks
+     * with a ring step 10x Bruck's */
+    ag[0].alpha = 10 * ag[1].alpha;
+    for (unsigned long call = 0; call < 2 * MODEL_EXPLORE; call++)
+        ck_assert_int_eq(model_pick_allgather_explore(4, 8, ag, call), FLX_ALGO_RD);
+}
+END_TEST
+
 START_TEST(test_model_bcast)
 {
     const double big = 64.0 * (1 << 20);
@@ -784,6 +843,7 @@ static Suite *topo_suite(void)
     tcase_add_test(tm, test_model_explore);
     tcase_add_test(tm, test_model_monotonic);
     tcase_add_test(tm, test_model_allgather);
+    tcase_add_test(tm, test_model_allgather_fit);
     tcase_add_test(tm, test_model_bcast);
     suite_add_tcase(s, tm);
     return s;

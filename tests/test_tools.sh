@@ -18,7 +18,7 @@ FLX_TIMEOUT=never "$top/flx-info" -c >/dev/null 2>&1 && fail "flx-info accepted 
 # every link measured, and the model is the worst of them
 out=$("$top/flxrun" -n 3 "$top/flx-info" --calibrate 2>&1) || fail "flx-info --calibrate: $out"
 echo "$out" | sed 's/^\[[0-9]*\] //' | awk '
-    /# alpha/ { k = "a"; next } /# beta/ { k = "b"; next }
+    /# alpha/ { k = "a"; next } /# beta/ { k = "b"; next } /^#/ { k = ""; next }
     k != "" && $1 ~ /^[0-9]+$/ && NF == 4 { for (i = 2; i <= 4; i++) if ($i != "-") { n[k]++
         if (k == "a" && $i + 0 > amax) amax = $i + 0
         if (k == "b" && (bmin == "" || $i + 0 < bmin)) bmin = $i + 0 } }
@@ -26,6 +26,13 @@ echo "$out" | sed 's/^\[[0-9]*\] //' | awk '
     END { if (n["a"] != 6 || n["b"] != 6 || ma == "" || ma - amax > 0.001 || amax - ma > 0.001 ||
               mb - bmin > 0.0006 || bmin - mb > 0.0006 || bmin <= 0) exit 1 }' ||
     fail "flx-info --calibrate: matrices and model disagree: $out"
+# each allgather algorithm's prediction, growing with size, and the pick
+echo "$out" | sed 's/^\[[0-9]*\] //' | awk '
+    /^# allgather, predicted/ { on = 1; next } /^#/ { on = 0 }
+    on && $1 ~ /^[0-9]+$/ { rows++; if (!($2 > pr && $3 > pb && ($4 == "ring" || $4 == "rd"))) bad = 1
+                            pr = $2; pb = $3 }
+    END { exit !(rows == 5 && !bad) }' ||
+    fail "flx-info --calibrate: allgather predictions: $out"
 "$top/flx-info" --calibrate >/dev/null 2>&1 && fail "flx-info --calibrate ran without a job"
 
 # compare-mpi.sh's report from kept results: median over the runs of the mean (column 6) or

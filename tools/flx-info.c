@@ -126,6 +126,24 @@ static int calibrate(void)
                        pred[k][2] * 1e6, pred[k][3] * 1e6,
                        flx_algo_name(flx_allreduce_algo(comm, sizes[k] / 4, FLX_FLOAT32)));
         }
+        /* the same for the allgather: about as many bytes gathered in all,
+         * a whole number of floats per rank */
+        size_t per[(sizeof(sizes) / sizeof(sizes[0]))];
+
+        for (size_t k = 0; k < (sizeof(sizes) / sizeof(sizes[0])); k++) {
+            per[k] = sizes[k] / 4 / (size_t)n ? sizes[k] / 4 / (size_t)n : 1;
+            for (int a = 0; a < 2; a++)
+                pred[k][a] = flx_allgather_predict(comm, per[k], FLX_FLOAT32,
+                                                   a ? FLX_ALGO_RD : FLX_ALGO_RING);
+        }
+        if (rank == 0) {
+            printf("# allgather, predicted us (bytes gathered in all; each algorithm's own fit)\n");
+            printf("%10s %10s %10s %6s\n", "bytes", "ring", "bruck", "auto");
+            for (size_t k = 0; k < (sizeof(sizes) / sizeof(sizes[0])); k++)
+                printf("%10zu %10.1f %10.1f %6s\n", per[k] * 4 * (size_t)n, pred[k][0] * 1e6,
+                       pred[k][1] * 1e6,
+                       flx_algo_name(flx_allgather_algo(comm, per[k], FLX_FLOAT32)));
+        }
     }
     rc = 0;
 out:

@@ -56,7 +56,7 @@ static uint64_t allgather_check(const perf_case_t *c)
 static const perf_coll_t allgather_coll = {
     .name = "flx-allgather-perf",
     .coll_name = "allgather",
-    .flags = PERF_COLL_USES_ALGO | PERF_COLL_NONBLOCKING,
+    .flags = PERF_COLL_USES_ALGO | PERF_COLL_NONBLOCKING | PERF_COLL_ALLGATHER,
     .counts = allgather_counts,
     .bus_factor = allgather_bus_factor,
     .busbw_doc = "algbw * (n-1)/n, size = gathered total",

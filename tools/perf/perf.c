@@ -599,12 +599,23 @@ static double perf_percentile(const double *v, int n, double p)
     return v[k];
 }
 
+/* The library's automatic choice for c, FLX_ALGO_AUTO where it is not
+ * visible (broadcast). */
+static flx_algo_t perf_auto_algo(const perf_engine_t *eng, const perf_case_t *c)
+{
+    if (eng->coll->flags & PERF_COLL_ALLREDUCE)
+        return flx_allreduce_algo(eng->comm, c->count, c->dtype);
+    if (eng->coll->flags & PERF_COLL_ALLGATHER)
+        return flx_allgather_algo(eng->comm, c->count, c->dtype);
+    return FLX_ALGO_AUTO;
+}
+
 static const char *perf_algo_label(const perf_engine_t *eng, const perf_case_t *c)
 {
     if (!(eng->coll->flags & PERF_COLL_USES_ALGO))
         return "-";
-    if (eng->args.algo == FLX_ALGO_AUTO && (eng->coll->flags & PERF_COLL_ALLREDUCE))
-        return flx_algo_name(flx_allreduce_algo(eng->comm, c->count, c->dtype));
+    if (eng->args.algo == FLX_ALGO_AUTO)
+        return flx_algo_name(perf_auto_algo(eng, c));
     return flx_algo_name(eng->args.algo);
 }
 
@@ -623,8 +634,8 @@ static double perf_model_time(const perf_engine_t *eng, const perf_case_t *c, fl
     b = link.beta_bytes_per_s;
     if (eng->coll->flags & PERF_COLL_ALLREDUCE)
         t = flx_allreduce_predict(eng->comm, c->count, c->dtype, algo);
-    else if (strcmp(eng->coll->coll_name, "allgather") == 0)
-        t = model_allgather_time(algo, eng->nranks, (double)c->send_bytes, a, b);
+    else if (eng->coll->flags & PERF_COLL_ALLGATHER)
+        t = algo == FLX_ALGO_TREE ? 0 : flx_allgather_predict(eng->comm, c->count, c->dtype, algo);
     else if (strcmp(eng->coll->coll_name, "broadcast") == 0 && algo != FLX_ALGO_RD)
         t = model_bcast_time(algo == FLX_ALGO_RING, eng->nranks, (double)c->recv_bytes, a, b,
                              eng->chunk);
@@ -635,8 +646,8 @@ static double perf_model_time(const perf_engine_t *eng, const perf_case_t *c, fl
  * choice; otherwise -a (FLX_ALGO_AUTO where the choice is not visible). */
 static flx_algo_t perf_row_algo(const perf_engine_t *eng, const perf_case_t *c)
 {
-    if (eng->args.algo == FLX_ALGO_AUTO && (eng->coll->flags & PERF_COLL_ALLREDUCE))
-        return flx_allreduce_algo(eng->comm, c->count, c->dtype);
+    if (eng->args.algo == FLX_ALGO_AUTO)
+        return perf_auto_algo(eng, c);
     return eng->args.algo;
 }
 
@@ -980,7 +991,7 @@ static flx_status_t perf_print_header(perf_engine_t *eng)
     else if (!a->blocking)
         printf("# -z 0 ignored: %s has no non-blocking form\n", coll->coll_name);
     if ((coll->flags & PERF_COLL_USES_ALGO) && a->algo == FLX_ALGO_AUTO &&
-        (coll->flags & PERF_COLL_ALLREDUCE))
+        (coll->flags & (PERF_COLL_ALLREDUCE | PERF_COLL_ALLGATHER)))
         printf("# algo auto: chosen per call (the --csv 'algo' column shows the choice)\n");
     if (a->check)
         printf("# #wrong: elements differing from the exact expected value, summed over ranks "

@@ -135,6 +135,7 @@ enum {
     PERF_COLL_USES_ALGO = 1u << 2,    /* -a is passed to the call            */
     PERF_COLL_NONBLOCKING = 1u << 3,  /* start() can return a request (-z 0) */
     PERF_COLL_ALLREDUCE = 1u << 4,    /* auto algorithm from flx_allreduce_algo */
+    PERF_COLL_ALLGATHER = 1u << 5,    /* ... from flx_allgather_algo         */
 };
 
 typedef struct {
