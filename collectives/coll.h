@@ -20,7 +20,9 @@ flx_status_t coll_ring_reduce_scatter(flx_comm_h comm, void *buf, const size_t *
 flx_status_t coll_ring_allgather(flx_comm_h comm, void *buf, const size_t *off,
                                  const size_t *len, size_t esize, uint32_t phase0);
 
-flx_status_t coll_allreduce_ring(flx_comm_h comm, void *buf, size_t count,
+/* The ring allreduce of src into buf (src == buf: in place; else src is
+ * read, never written, and not copied to buf first). */
+flx_status_t coll_allreduce_ring(flx_comm_h comm, const void *src, void *buf, size_t count,
                                  flx_dtype_t dtype, flx_op_t op);
 flx_status_t coll_allreduce_tree(flx_comm_h comm, void *buf, size_t count,
                                  flx_dtype_t dtype, flx_op_t op);

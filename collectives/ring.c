@@ -13,6 +13,14 @@
  * allgather's receives are posted first, and each chunk of segment r goes
  * out as the allgather's step 0 as soon as its last reduction is done,
  * instead of after the whole reduce-scatter.
+ *
+ * Out of place, the input is never copied to the output first: step 0
+ * sends from the input, and each reduce-scatter chunk is received straight
+ * into its place in the output and reduced there with the input's (the
+ * ops are commutative, so the bits are those of the in-place order).  Every
+ * output segment is then written: segment r by its last reduction, the
+ * others by the allgather.  That saves a pass over S (2 ranks, 16 MiB:
+ * in place took 0.80x the time of out of place with the copy).
  */
 #include "collectives/coll.h"
 #include "collectives/topo.h"
@@ -40,7 +48,8 @@ static void chunk_range(size_t seg_len, size_t elems, size_t j, size_t *off_p, s
     *len_p = FLX_MIN(elems, seg_len - *off_p);
 }
 
-/* Chunking and scratch for a reduce-scatter (rs), an allgather (ag) or
+/* Chunking and scratch for a reduce-scatter (rs: 1 with receive buffers,
+ * 2 without, for one that receives into the output), an allgather (ag) or
  * both; w->nch is 0 when there is nothing to move (every segment empty). */
 static flx_status_t ring_ws(flx_comm_h comm, const size_t *len, size_t es, int rs, int ag,
                             ring_ws_t *w)
@@ -58,7 +67,7 @@ static flx_status_t ring_ws(flx_comm_h comm, const size_t *len, size_t es, int r
     w->nch = seg_chunks(maxlen, w->elems);
     /* requests first (aligned), then the reduce-scatter's two buffers */
     nreq = (rs ? (n + 1) * w->nch : 0) + (ag ? 2 * (n - 1) * w->nch : 0);
-    req = coll_scratch(comm, nreq * sizeof(tl_req_t) + (rs ? 2 * maxlen * es : 0));
+    req = coll_scratch(comm, nreq * sizeof(tl_req_t) + (rs == 1 ? 2 * maxlen * es : 0));
     if (req == NULL)
         return FLX_ERR_NO_MEMORY;
     if (rs) {
@@ -72,7 +81,7 @@ static flx_status_t ring_ws(flx_comm_h comm, const size_t *len, size_t es, int r
         w->ag_sreq = req + (n - 1) * w->nch;
         req += 2 * (n - 1) * w->nch;
     }
-    if (rs) {
+    if (rs == 1) {
         w->tmp[0] = (char *)req;
         w->tmp[1] = w->tmp[0] + maxlen * es;
     }
@@ -139,9 +148,12 @@ static flx_status_t ag_forward(flx_comm_h comm, char *base, const size_t *off, c
 /* The reduce-scatter.  ag_phase0 (fused allreduce; 0 = plain): each chunk
  * of our own segment is finished (FLX_AVG's division) and sent as the
  * allgather's step 0 the moment its last reduction is done, so the
- * allgather starts while the reduce-scatter's last chunks still move. */
-static flx_status_t ring_rs(flx_comm_h comm, char *base, const size_t *off, const size_t *len,
-                            flx_dtype_t dtype, flx_op_t op, uint32_t phase0,
+ * allgather starts while the reduce-scatter's last chunks still move.
+ * src: the input when it is not base (out of place: chunks are received
+ * into base and reduced there with src's; w without receive buffers), else
+ * NULL. */
+static flx_status_t ring_rs(flx_comm_h comm, char *base, const char *src, const size_t *off,
+                            const size_t *len, flx_dtype_t dtype, flx_op_t op, uint32_t phase0,
                             const ring_ws_t *w, uint32_t ag_phase0)
 {
     const int n = comm->size, r = comm->rank;
@@ -155,14 +167,14 @@ static flx_status_t ring_rs(flx_comm_h comm, char *base, const size_t *off, cons
         for (size_t j = 0; j < seg_chunks(len[sseg], elems) && st == FLX_OK; j++) {
             size_t co, cl;
             chunk_range(len[sseg], elems, j, &co, &cl);
-            st = coll_send(comm, next, COLL_STEP(phase0, j), base + (off[sseg] + co) * es,
+            st = coll_send(comm, next, COLL_STEP(phase0, j), (src ? src : base) + (off[sseg] + co) * es,
                            cl * es, &w->rs_sreq[j]);
         }
     }
     for (int s = 0; s < n - 1 && st == FLX_OK; s++) {
         int rseg = topo_mod(r - 2 - s, n);
         size_t rch = seg_chunks(len[rseg], elems);
-        char *t = w->tmp[s & 1];
+        char *t = src ? base + off[rseg] * es : w->tmp[s & 1];
 
         for (size_t j = 0; j < rch && st == FLX_OK; j++) {
             size_t co, cl;
@@ -178,7 +190,7 @@ static flx_status_t ring_rs(flx_comm_h comm, char *base, const size_t *off, cons
             if (st != FLX_OK)
                 break;
             dst = base + (off[rseg] + co) * es;
-            flx_reduce(dst, t + co * es, cl, dtype, op);
+            flx_reduce(dst, src ? src + (off[rseg] + co) * es : t + co * es, cl, dtype, op);
             if (s + 1 < n - 1) {
                 st = coll_send(comm, next, COLL_STEP(phase0 + s + 1, j), dst, cl * es,
                                &w->rs_sreq[(size_t)(s + 1) * nch + j]);
@@ -214,7 +226,7 @@ flx_status_t coll_ring_reduce_scatter(flx_comm_h comm, void *buf, const size_t *
 
     if (st != FLX_OK || w.nch == 0)
         return st;
-    st = ring_rs(comm, buf, off, len, dtype, op, phase0, &w, 0);
+    st = ring_rs(comm, buf, NULL, off, len, dtype, op, phase0, &w, 0);
     return st == FLX_OK ? rs_wait_sends(comm, len, &w) : st;
 }
 
@@ -249,30 +261,32 @@ static flx_status_t ring_segments(flx_comm_h comm, size_t count, size_t **off_p,
     return FLX_OK;
 }
 
-flx_status_t coll_allreduce_ring(flx_comm_h comm, void *buf, size_t count,
+flx_status_t coll_allreduce_ring(flx_comm_h comm, const void *src, void *buf, size_t count,
                                  flx_dtype_t dtype, flx_op_t op)
 {
     const int n = comm->size;
     const size_t es = flx_dtype_size(dtype);
+    const char *in = src != buf ? src : NULL;
     size_t *off, *len;
     ring_ws_t w;
     flx_status_t st;
 
+    if (n == 1 || count == 0) {
+        if (in && count)
+            memcpy(buf, in, count * es);
+        flx_reduce_finish(buf, count, dtype, op, n);
+        return FLX_OK;
+    }
     st = ring_segments(comm, count, &off, &len);
     if (st != FLX_OK)
         return st;
-    if (n == 1) {
-        flx_reduce_finish(buf, count, dtype, op, n);
-        free(off);
-        return FLX_OK;
-    }
     /* one pipeline: the allgather's receives are posted first, and each
      * chunk of our segment goes back out as soon as it is reduced */
-    st = ring_ws(comm, len, es, 1, 1, &w);
+    st = ring_ws(comm, len, es, in ? 2 : 1, 1, &w);
     if (st == FLX_OK && w.nch > 0) {
         st = ag_recvs(comm, buf, off, len, es, (uint32_t)n, &w, 1);
         if (st == FLX_OK)
-            st = ring_rs(comm, buf, off, len, dtype, op, 0, &w, (uint32_t)n);
+            st = ring_rs(comm, buf, in, off, len, dtype, op, 0, &w, (uint32_t)n);
         if (st == FLX_OK)
             st = ag_forward(comm, buf, off, len, es, (uint32_t)n, &w);
         if (st == FLX_OK)

@@ -8,13 +8,16 @@
  * rounding of the division). */
 #include "tests/mp.h"
 #include "common/dtype.h"
+#include "common/util.h"
 
 #include <check.h>
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* the large size: 4 MiB, or FLX_TEST_BIG_BYTES (smaller in the slow
  * SoftRoCE VM, where it still exceeds the eager limit) */
@@ -146,6 +149,38 @@ static int check_allreduce(flx_comm_h comm, int rank, int size, flx_algo_t algo,
     return rc;
 }
 
+/* An out-of-place allreduce whose send buffer is in read-only pages: no
+ * algorithm writes it (a write would kill the rank), and the result is
+ * exact.  The ring reads it directly instead of a copy. */
+static int check_allreduce_readonly(flx_comm_h comm, int rank, int size, flx_algo_t algo,
+                                    size_t count)
+{
+    size_t len = FLX_MAX(count * sizeof(float), (size_t)1);
+    float *send = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    float *recv = malloc(len);
+    flx_status_t st;
+    int rc = 0;
+
+    if (send == MAP_FAILED || recv == NULL)
+        return mp_fail(rank, "out of memory");
+    for (size_t i = 0; i < count; i++)
+        put(send, i, FLX_FLOAT32, input_value(rank, i, FLX_SUM, FLX_FLOAT32));
+    if (mprotect(send, len, PROT_READ) != 0)
+        rc = mp_fail(rank, "mprotect: %s", strerror(errno));
+    st = rc ? FLX_OK : flx_allreduce(comm, send, recv, count, FLX_FLOAT32, FLX_SUM, algo);
+    if (st != FLX_OK)
+        rc = mp_fail(rank, "allreduce %s n=%zu from read-only memory: %s", flx_algo_name(algo),
+                     count, flx_status_string(st));
+    for (size_t i = 0; i < count && rc == 0; i++)
+        if (recv[i] != (float)reference(size, i, FLX_SUM, FLX_FLOAT32))
+            rc = mp_fail(rank, "allreduce %s n=%zu from read-only memory: [%zu] = %g, want %g",
+                         flx_algo_name(algo), count, i, recv[i],
+                         reference(size, i, FLX_SUM, FLX_FLOAT32));
+    munmap(send, len);
+    free(recv);
+    return rc;
+}
+
 static int body_allreduce(flx_comm_h comm, int rank, int size, void *arg)
 {
     static const flx_algo_t algos[] = {FLX_ALGO_AUTO, FLX_ALGO_RING, FLX_ALGO_TREE,
@@ -168,6 +203,9 @@ static int body_allreduce(flx_comm_h comm, int rank, int size, void *arg)
                 }
             }
         }
+        if (check_allreduce_readonly(comm, rank, size, algos[a], (size_t)size + 1) ||
+            check_allreduce_readonly(comm, rank, size, algos[a], BIG_BYTES / sizeof(float) + 3))
+            return 1;
     }
     return 0;
 }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -167,6 +168,27 @@ static int body_staging(flx_comm_h comm, int rank, int size, void *arg)
                                        "is %g", count, algo, r, i, dst[(size_t)r * count + i]);
         }
         free(src);
+        free(dst);
+    }
+    { /* the ring sends from the caller's input: here read-only pages,
+       * registered read-only for the device (staging off: per message) */
+        const size_t count = (1u << 18) + 3, len = count * sizeof(float);
+        float *src = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        float *dst = malloc(len);
+
+        if (src == MAP_FAILED || dst == NULL)
+            return mp_fail(rank, "no memory");
+        for (size_t i = 0; i < count; i++)
+            src[i] = (float)(rank * 100 + (int)(i % 97));
+        if (mprotect(src, len, PROT_READ) != 0)
+            return mp_fail(rank, "mprotect failed");
+        if (flx_allreduce(comm, src, dst, count, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING) != FLX_OK)
+            return mp_fail(rank, "ring allreduce from read-only memory failed");
+        for (size_t i = 0; i < count; i++)
+            if (dst[i] != (float)(100 * size * (size - 1) / 2 + size * (int)(i % 97)))
+                return mp_fail(rank, "ring allreduce from read-only memory: element %zu is %g",
+                               i, dst[i]);
+        munmap(src, len);
         free(dst);
     }
     if (slots == 0 && (ctx->mrc.stage.staged != 0 || ctx->mrc.transient == 0))

@@ -184,6 +184,15 @@ static flx_status_t mr_register(ib_mr_cache_t *cache, void *addr, uintptr_t star
     /* out of locked memory: idle cached registrations go, oldest first */
     while (e->mr == NULL && (errno == ENOMEM || errno == EAGAIN) && cache_evict_one(cache))
         e->mr = ibv_reg_mr(cache->pd, addr, end - start, access);
+    /* read-only pages (a const send buffer: the ring allreduce sends from
+     * the caller's input): the device may read them, so register them for
+     * that; a receive into such a range fails at the device, not silently */
+    if (e->mr == NULL && (errno == EFAULT || errno == EACCES)) {
+        e->mr = ibv_reg_mr(cache->pd, addr, end - start, 0);
+        if (e->mr != NULL)
+            flx_debug(NET, cache->rank, "ib: %p (%zu bytes) registered read-only", addr,
+                      (size_t)(end - start));
+    }
     if (e->mr == NULL) {
         mr_log_failure(cache, addr, end - start);
         free(e);
