@@ -188,9 +188,9 @@ flx_status_t comm_run_allreduce(flx_comm_h comm, const void *sendbuf, void *recv
     double t0;
 
     algo = comm_pick_allreduce(comm, count, dtype, algo, 1);
-    /* the ring reads sendbuf itself instead of a copy in recvbuf (the same
-     * bits: the ops are commutative); the others start from the copy */
-    if ((algo != FLX_ALGO_RING || comm->size == 1) && sendbuf != recvbuf && bytes)
+    /* the ring and rd read sendbuf themselves instead of a copy in recvbuf
+     * (the same bits: the ops are commutative); the tree starts from the copy */
+    if ((algo == FLX_ALGO_TREE || comm->size == 1) && sendbuf != recvbuf && bytes)
         memcpy(recvbuf, sendbuf, bytes);
     coll_begin(comm, COLL_ALLREDUCE, algo, dtype, op, count, "allreduce");
     if (comm->size == 1)
@@ -198,7 +198,7 @@ flx_status_t comm_run_allreduce(flx_comm_h comm, const void *sendbuf, void *recv
     t0 = flx_time_now();
     switch (algo) {
     case FLX_ALGO_TREE: st = coll_allreduce_tree(comm, recvbuf, count, dtype, op); break;
-    case FLX_ALGO_RD: st = coll_allreduce_rd(comm, recvbuf, count, dtype, op); break;
+    case FLX_ALGO_RD: st = coll_allreduce_rd(comm, sendbuf, recvbuf, count, dtype, op); break;
     default: st = coll_allreduce_ring(comm, sendbuf, recvbuf, count, dtype, op); break;
     }
     if (st != FLX_OK)

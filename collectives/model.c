@@ -353,7 +353,7 @@ static flx_status_t model_agree_live(flx_comm_h comm)
     }
     coll_begin(comm, COLL_CALIBRATE, FLX_ALGO_RD, FLX_FLOAT64, FLX_MAX, FLX_ARRAY_SIZE(vals),
                "link model refresh");
-    st = coll_allreduce_rd(comm, vals, FLX_ARRAY_SIZE(vals), FLX_FLOAT64, FLX_MAX);
+    st = coll_allreduce_rd(comm, vals, vals, FLX_ARRAY_SIZE(vals), FLX_FLOAT64, FLX_MAX);
     if (st != FLX_OK)
         return st;
     link.alpha_s = vals[0];
@@ -470,7 +470,7 @@ static flx_status_t model_fit_run(flx_comm_h comm, int i, float *buf, size_t cou
     else
         st = algo == FLX_ALGO_RING   ? coll_allreduce_ring(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM)
              : algo == FLX_ALGO_TREE ? coll_allreduce_tree(comm, buf, count, FLX_FLOAT32, FLX_SUM)
-                                     : coll_allreduce_rd(comm, buf, count, FLX_FLOAT32, FLX_SUM);
+                                     : coll_allreduce_rd(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM);
     *t_p = flx_time_now() - t0;
     return st;
 }
@@ -509,7 +509,7 @@ static flx_status_t model_fit(flx_comm_h comm, model_ab_t ar[MODEL_NAR], model_a
     }
     coll_begin(comm, COLL_CALIBRATE, FLX_ALGO_RD, FLX_FLOAT64, FLX_MAX, FLX_ARRAY_SIZE(times),
                "model fit");
-    st = coll_allreduce_rd(comm, times, FLX_ARRAY_SIZE(times), FLX_FLOAT64, FLX_MAX);
+    st = coll_allreduce_rd(comm, times, times, FLX_ARRAY_SIZE(times), FLX_FLOAT64, FLX_MAX);
     if (st != FLX_OK)
         return st;
     for (int i = 0; i < MODEL_NFIT; i++) {
@@ -613,7 +613,7 @@ static flx_status_t model_agree_worst(flx_comm_h comm, double alpha, double beta
     flx_status_t st;
 
     coll_begin(comm, COLL_CALIBRATE, FLX_ALGO_RD, FLX_FLOAT64, FLX_MAX, 2, "calibration");
-    st = coll_allreduce_rd(comm, vals, 2, FLX_FLOAT64, FLX_MAX);
+    st = coll_allreduce_rd(comm, vals, vals, 2, FLX_FLOAT64, FLX_MAX);
     if (st != FLX_OK)
         return st;
     model_p->alpha_s = vals[0];

@@ -22,8 +22,10 @@ enum { RD_PRE = 0, RD_MAIN = 1, RD_POST = 64 };
  * the caller's buffer).  At most RD_WINDOW chunks are in flight.  With acc,
  * rbuf is a ring of RD_WINDOW chunks (rd_tmp_bytes): chunk i lands in slot
  * i % RD_WINDOW, free again once chunk i - RD_WINDOW was reduced; without,
- * rbuf is the whole message.  acc may be sbuf: a chunk is reduced only
- * after its send has left. */
+ * rbuf is the whole message, and with `with' each chunk that came in is
+ * reduced at once with with's (out of place: the peer's data lands in the
+ * output and the input is folded in there).  acc may be sbuf: a chunk is
+ * reduced only after its send has left. */
 #define RD_WINDOW 8
 static size_t rd_tmp_bytes(flx_comm_h comm, size_t count, size_t es)
 {
@@ -33,7 +35,8 @@ static size_t rd_tmp_bytes(flx_comm_h comm, size_t count, size_t es)
 }
 
 static flx_status_t rd_step(flx_comm_h comm, int peer, int phase, const char *sbuf, char *rbuf,
-                            char *acc, size_t count, flx_dtype_t dtype, flx_op_t op)
+                            char *acc, const char *with, size_t count, flx_dtype_t dtype,
+                            flx_op_t op)
 {
     const size_t es = flx_dtype_size(dtype), ce = coll_chunk_elems(comm, es, count);
     const size_t nch = FLX_DIV_ROUND_UP(count, ce);
@@ -62,19 +65,29 @@ static flx_status_t rd_step(flx_comm_h comm, int peer, int phase, const char *sb
             st = coll_wait(comm, &r[1]);
         if (acc && st == FLX_OK)
             flx_reduce(acc + off * es, rbuf + (i % RD_WINDOW) * ce * es, n, dtype, op);
+        else if (with && st == FLX_OK)
+            flx_reduce(rbuf + off * es, with + off * es, n, dtype, op);
     }
     return st;
 }
 
-flx_status_t coll_allreduce_rd(flx_comm_h comm, void *buf, size_t count,
+/* Out of place (src != buf) the input is never copied to the output: the
+ * first step that reduces sends from src and receives the peer's data
+ * straight into buf, folding src's in there (the ops are commutative: the
+ * bits of the in-place order); a rank that only hands its data over sends
+ * it from src. */
+flx_status_t coll_allreduce_rd(flx_comm_h comm, const void *src, void *buf, size_t count,
                                flx_dtype_t dtype, flx_op_t op)
 {
     const int r = comm->rank, n = comm->size;
     const int p = topo_pow2_floor(n), rem = n - p;
     const int newrank = topo_rd_newrank(r, n);
+    const char *in = src != buf ? src : NULL; /* until folded into buf */
     char *tmp;
     flx_status_t st = FLX_OK;
 
+    if (in && count && n == 1)
+        memcpy(buf, in, count * flx_dtype_size(dtype));
     if (n == 1 || count == 0)
         return FLX_OK;
     tmp = coll_scratch(comm, rd_tmp_bytes(comm, count, flx_dtype_size(dtype)));
@@ -82,21 +95,28 @@ flx_status_t coll_allreduce_rd(flx_comm_h comm, void *buf, size_t count,
         return FLX_ERR_NO_MEMORY;
     if (r < 2 * rem) {
         if (newrank < 0)
-            st = rd_step(comm, r + 1, RD_PRE, buf, NULL, NULL, count, dtype, op);
+            st = rd_step(comm, r + 1, RD_PRE, in ? in : buf, NULL, NULL, NULL, count, dtype, op);
+        else if (in)
+            st = rd_step(comm, r - 1, RD_PRE, NULL, buf, NULL, in, count, dtype, op);
         else
-            st = rd_step(comm, r - 1, RD_PRE, NULL, tmp, buf, count, dtype, op);
+            st = rd_step(comm, r - 1, RD_PRE, NULL, tmp, buf, NULL, count, dtype, op);
+        in = NULL;
     }
     if (newrank >= 0) {
         for (int mask = 1, k = 0; mask < p && st == FLX_OK; mask <<= 1, k++) {
             int peer = topo_rd_oldrank(newrank ^ mask, n);
-            st = rd_step(comm, peer, RD_MAIN + k, buf, tmp, buf, count, dtype, op);
+            if (in)
+                st = rd_step(comm, peer, RD_MAIN + k, in, buf, NULL, in, count, dtype, op);
+            else
+                st = rd_step(comm, peer, RD_MAIN + k, buf, tmp, buf, NULL, count, dtype, op);
+            in = NULL;
         }
     }
     if (r < 2 * rem && st == FLX_OK) {
         if (newrank < 0)
-            st = rd_step(comm, r + 1, RD_POST, NULL, buf, NULL, count, dtype, op);
+            st = rd_step(comm, r + 1, RD_POST, NULL, buf, NULL, NULL, count, dtype, op);
         else
-            st = rd_step(comm, r - 1, RD_POST, buf, NULL, NULL, count, dtype, op);
+            st = rd_step(comm, r - 1, RD_POST, buf, NULL, NULL, NULL, count, dtype, op);
     }
     if (st == FLX_OK)
         flx_reduce_finish(buf, count, dtype, op, n);
