@@ -188,16 +188,16 @@ flx_status_t comm_run_allreduce(flx_comm_h comm, const void *sendbuf, void *recv
     double t0;
 
     algo = comm_pick_allreduce(comm, count, dtype, algo, 1);
-    /* the ring and rd read sendbuf themselves instead of a copy in recvbuf
-     * (the same bits: the ops are commutative); the tree starts from the copy */
-    if ((algo == FLX_ALGO_TREE || comm->size == 1) && sendbuf != recvbuf && bytes)
+    /* every algorithm reads sendbuf itself instead of a copy in recvbuf
+     * (the same bits: the ops are commutative) */
+    if (comm->size == 1 && sendbuf != recvbuf && bytes)
         memcpy(recvbuf, sendbuf, bytes);
     coll_begin(comm, COLL_ALLREDUCE, algo, dtype, op, count, "allreduce");
     if (comm->size == 1)
         return FLX_OK;
     t0 = flx_time_now();
     switch (algo) {
-    case FLX_ALGO_TREE: st = coll_allreduce_tree(comm, recvbuf, count, dtype, op); break;
+    case FLX_ALGO_TREE: st = coll_allreduce_tree(comm, sendbuf, recvbuf, count, dtype, op); break;
     case FLX_ALGO_RD: st = coll_allreduce_rd(comm, sendbuf, recvbuf, count, dtype, op); break;
     default: st = coll_allreduce_ring(comm, sendbuf, recvbuf, count, dtype, op); break;
     }

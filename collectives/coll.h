@@ -24,9 +24,9 @@ flx_status_t coll_ring_allgather(flx_comm_h comm, void *buf, const size_t *off,
  * read, never written, and not copied to buf first). */
 flx_status_t coll_allreduce_ring(flx_comm_h comm, const void *src, void *buf, size_t count,
                                  flx_dtype_t dtype, flx_op_t op);
-flx_status_t coll_allreduce_tree(flx_comm_h comm, void *buf, size_t count,
+/* ... and the tree and recursive doubling, the same way. */
+flx_status_t coll_allreduce_tree(flx_comm_h comm, const void *src, void *buf, size_t count,
                                  flx_dtype_t dtype, flx_op_t op);
-/* ... and recursive doubling, the same way (the tree works in buf only). */
 flx_status_t coll_allreduce_rd(flx_comm_h comm, const void *src, void *buf, size_t count,
                                flx_dtype_t dtype, flx_op_t op);
 flx_status_t coll_allgather_ring(flx_comm_h comm, void *recvbuf, size_t bytes_per_rank);

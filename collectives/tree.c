@@ -1,7 +1,12 @@
 /* tree.c -- pipelined binary-tree allreduce: chunks flow up the tree being
  * reduced (children -> parent) and the root's results flow back down, the
  * two phases overlapping chunk by chunk (latency ~ 2 log2(N) alpha).
- * Tree shape: topo_tree_parent / topo_tree_children (heap order, root 0). */
+ * Tree shape: topo_tree_parent / topo_tree_children (heap order, root 0).
+ * Out of place (src != buf) the input is never copied to the output: a
+ * leaf sends its chunks up from src; an inner rank receives its first
+ * child's chunks straight into buf and folds src's in there (commutative
+ * ops: the bits of the in-place order), the second child's through a
+ * buffer as before. */
 #include "collectives/coll.h"
 #include "collectives/topo.h"
 #include "common/dtype.h"
@@ -12,7 +17,7 @@
 
 enum { TREE_UP = 0, TREE_DOWN = 1 };
 
-flx_status_t coll_allreduce_tree(flx_comm_h comm, void *buf, size_t count,
+flx_status_t coll_allreduce_tree(flx_comm_h comm, const void *src, void *buf, size_t count,
                                  flx_dtype_t dtype, flx_op_t op)
 {
     const int r = comm->rank, n = comm->size;
@@ -22,24 +27,28 @@ flx_status_t coll_allreduce_tree(flx_comm_h comm, void *buf, size_t count,
     const int nchild = topo_tree_children(r, n, child);
     size_t elems, nch, up = 0, down = 0;
     char *base = buf, *tmp[2];
+    const char *in = src != buf ? src : NULL;
+    const int nbuf = nchild - (in && nchild > 0); /* receive buffers */
     tl_req_t *creq[2], *preq, *upreq, *downreq;
     flx_status_t st = FLX_OK;
     double since = flx_time_coarse();
 
+    if (in && count && n == 1)
+        memcpy(buf, in, count * es);
     if (count == 0 || n == 1)
         return FLX_OK;
     elems = coll_chunk_elems(comm, es, count);
     nch = FLX_DIV_ROUND_UP(count, elems);
-    /* requests first (aligned), then one receive buffer per child */
-    creq[0] = coll_scratch(comm, 6 * nch * sizeof(tl_req_t) + (size_t)nchild * count * es);
+    /* requests first (aligned), then the children's receive buffers */
+    creq[0] = coll_scratch(comm, 6 * nch * sizeof(tl_req_t) + (size_t)nbuf * count * es);
     if (creq[0] == NULL)
         return FLX_ERR_NO_MEMORY;
     creq[1] = creq[0] + nch;
     preq = creq[1] + nch;
     upreq = preq + nch;
     downreq = upreq + nch; /* 2 * nch: one per child */
-    tmp[0] = (char *)(downreq + 2 * nch);
-    tmp[1] = tmp[0] + count * es;
+    tmp[0] = in ? base : (char *)(downreq + 2 * nch);
+    tmp[1] = in ? (char *)(downreq + 2 * nch) : tmp[0] + count * es;
 
     for (size_t j = 0; j < nch && st == FLX_OK; j++) {
         size_t co = j * elems, cl = FLX_MIN(elems, count - co);
@@ -59,11 +68,11 @@ flx_status_t coll_allreduce_tree(flx_comm_h comm, void *buf, size_t count,
             for (int c = 0; c < nchild; c++) {
                 if ((st = creq[c][up].status) != FLX_OK)
                     return st;
-                flx_reduce(base + co * es, tmp[c] + co * es, cl, dtype, op);
+                flx_reduce(base + co * es, (c == 0 && in ? in : tmp[c]) + co * es, cl, dtype, op);
             }
-            if (parent >= 0)
-                st = coll_send(comm, parent, COLL_STEP(TREE_UP, up), base + co * es, cl * es,
-                               &upreq[up]);
+            if (parent >= 0) /* a leaf's chunk out of place: the input's */
+                st = coll_send(comm, parent, COLL_STEP(TREE_UP, up),
+                               (nchild == 0 && in ? in : base) + co * es, cl * es, &upreq[up]);
             else
                 flx_reduce_finish(base + co * es, cl, dtype, op, n);
             up++;
