@@ -1,5 +1,5 @@
 #!/bin/bash
-# bench-select.sh -- does the automatic allreduce algorithm pick the fastest?
+# bench-select.sh -- does the automatic algorithm choice pick the fastest?
 #
 #   scripts/bench-select.sh [options] RATE
 #
@@ -8,7 +8,8 @@
 # down on exit), or "loopback" for N local ranks under flxrun.
 #
 # Runs `flx-allreduce-perf -a all --model` (ring, tree, rd, then auto at each
-# size, so load changes hit them alike) and prints per size: each algorithm's time, auto's time
+# size, so load changes hit them alike; -c allgather: flx-allgather-perf, ring
+# and rd = Bruck, sizes gathered in all) and prints per size: each algorithm's time, auto's time
 # and choice, auto / fastest (target <= 1.10), pick / fastest (the chosen
 # algorithm's own run against the fastest: the choice without the noise
 # between the auto run and the others), and the model's error for each
@@ -17,6 +18,7 @@
 # is steadier than the mean on a shared machine.
 #
 # Options:
+#   -c COLL     allreduce (default) or allgather
 #   -n N        ranks / hosts (default 4)
 #   -b SIZE     smallest size (default 8)
 #   -e SIZE     largest size (default 16M)
@@ -28,9 +30,10 @@
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
-n=4 minb=8 maxb=16M iters=15 warm=3 out=${TMPDIR:-/tmp}/flx-bench bdir=
-while getopts "n:b:e:i:w:o:B:h" opt; do
+n=4 minb=8 maxb=16M iters=15 warm=3 out=${TMPDIR:-/tmp}/flx-bench bdir= coll=allreduce
+while getopts "c:n:b:e:i:w:o:B:h" opt; do
     case $opt in
+    c) coll=$OPTARG ;;
     n) n=$OPTARG ;;
     b) minb=$OPTARG ;;
     e) maxb=$OPTARG ;;
@@ -38,24 +41,27 @@ while getopts "n:b:e:i:w:o:B:h" opt; do
     w) warm=$OPTARG ;;
     o) out=$OPTARG ;;
     B) bdir=$OPTARG ;;
-    h) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    h) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
 rate=${1:-}
 [ -n "$rate" ] || { echo "usage: $0 [options] RATE|loopback   (-h for help)" >&2; exit 2; }
+case $coll in allreduce|allgather) ;; *) echo "$0: -c $coll: allreduce or allgather" >&2; exit 2 ;; esac
 
 if [ -z "$bdir" ]; then
     if [ -x ./flx-allreduce-perf ]; then bdir=.; else bdir=$here/../build; fi
 fi
 bdir=$(cd "$bdir" && pwd) || exit 2
-perf=$bdir/flx-allreduce-perf
-[ -x "$perf" ] && [ -x "$bdir/flxrun" ] || { echo "$0: no flx-allreduce-perf/flxrun in $bdir" >&2; exit 2; }
+perf=$bdir/flx-$coll-perf
+[ -x "$perf" ] && [ -x "$bdir/flxrun" ] || { echo "$0: no flx-$coll-perf/flxrun in $bdir" >&2; exit 2; }
 mkdir -p "$out" || exit 2
-csv=$out/select-$rate-n$n.csv
-log=$out/select-$rate-n$n.log
-table=$out/select-$rate-n$n.txt
+tag=select-$rate-n$n
+[ "$coll" = allreduce ] || tag=select-$coll-$rate-n$n
+csv=$out/$tag.csv
+log=$out/$tag.log
+table=$out/$tag.txt
 
 args=(-b "$minb" -e "$maxb" -f 2 -n "$iters" -w "$warm" -c 0 -a all --model --csv "$csv")
 if [ "$rate" = loopback ]; then
@@ -95,7 +101,7 @@ t = sorted(t[200:]); print("%.1f" % (t[len(t) // 2] * 1e6))')
     wait
 fi
 if [ $rc -ne 0 ]; then
-    echo "$0: flx-allreduce-perf failed ($rc); last lines of $log:" >&2
+    echo "$0: flx-$coll-perf failed ($rc); last lines of $log:" >&2
     tail -5 "$log" >&2
     exit 1
 fi
@@ -109,11 +115,11 @@ if [ "$rate" != loopback ]; then
         print n * m / 8 }')
 fi
 {
-    echo "# allreduce algorithm selection, $n ranks, $rate ($model)"
+    echo "# $coll algorithm selection, $n ranks, $rate ($model)"
     echo "# p50 time of the out-of-place runs in us; err = (measured - predicted) / predicted"
     # CSV columns by name from the header; algo_arg is what -a asked for
-    # (1 ring, 2 tree, 3 rd, 4 auto), algo what ran.
-    awk -F, -v rtt="${rtt_us:-0}" -v linkbps="$linkbps" -v alpha="$alpha_us" '
+    # (1 ring, 2 tree, 3 rd, 4 auto), algo what ran; the allgather has no tree.
+    awk -F, -v rtt="${rtt_us:-0}" -v linkbps="$linkbps" -v alpha="$alpha_us" -v coll="$coll" '
     NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
     $col["placement"] != "out-of-place" { next }
     {
@@ -139,7 +145,7 @@ fi
         worst = 0; bad = 0; errbad = 0; pworst = 0; pbad = 0
         for (k = 1; k <= nsz; k++) {
             s = sizes[k]; best = 1e300; bname = ""
-            for (a = 1; a <= 3; a++) if (t[a, s] < best) { best = t[a, s]; bname = a }
+            for (a = 1; a <= 3; a++) if ((a, s) in t && t[a, s] < best) { best = t[a, s]; bname = a }
             r = best > 0 ? t[4, s] / best : 0
             if (r > worst) worst = r
             if (r > 1.10) bad++
@@ -149,9 +155,10 @@ fi
             pr = c && best > 0 ? t[c, s] / best : 0
             if (pr > pworst) pworst = pr
             if (pr > 1.10) pbad++
-            line = sprintf("%8s %10.1f %10.1f %10.1f %10.1f %6s %9.2f %9.2f", hs(s), t[1, s], t[2, s],
-                           t[3, s], t[4, s], choice[s], r, pr)
+            line = sprintf("%8s %10.1f %10s %10.1f %10.1f %6s %9.2f %9.2f", hs(s), t[1, s],
+                           (2, s) in t ? sprintf("%.1f", t[2, s]) : "-", t[3, s], t[4, s], choice[s], r, pr)
             for (a = 1; a <= 3; a++) {
+                if (!((a, s) in t)) { line = line sprintf(" %8s", "-"); continue }
                 e = p[a, s] > 0 ? (t[a, s] / p[a, s] - 1) * 100 : 0
                 line = line sprintf(" %+7.0f%%", e)
                 if (s >= 65536) { n64++; if (e > 25 || e < -25) errbad++ }
@@ -168,6 +175,7 @@ fi
         if (linkbps > 0) printf " = %.0f%% of the link (%.3f GB/s)", 100 * busbw[1, big] / (linkbps / 1e9), linkbps / 1e9
         printf "\n"
         lat = t[4, sizes[1]]; lg = 0; for (m = 1; m < nranks; m *= 2) lg++
+        if (coll != "allreduce") exit
         if (rtt > 0)
             printf "# %s B auto %.1f us = %.2f x 2 log2(N) round trips of a Python TCP ping-pong (%.1f us)\n",
                    sizes[1], lat, lat / (2 * lg * rtt), rtt

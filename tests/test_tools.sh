@@ -64,6 +64,21 @@ bash "$src/scripts/compare-mpi.sh" -R "$res.old" >/dev/null 2>&1 || fail "compar
 rm -f "$res.old"
 rm -f "$res"
 
+# bench-select's table on loopback, both collectives: a row per size with a
+# choice the collective has, its summary lines; the allgather has no tree
+bs=$(mktemp -d)
+for c in allreduce allgather; do
+    out=$(bash "$src/scripts/bench-select.sh" -c $c -n 2 -b 1k -e 8k -i 3 -w 1 -B "$top" -o "$bs" \
+          loopback 2>&1) || fail "bench-select -c $c: $out"
+    echo "$out" | awk -v c=$c '
+        $1 ~ /^[0-9]+K$/ { rows++; if (!($6 == "ring" || $6 == "rd" || (c == "allreduce" && $6 == "tree")) ||
+                                     (c == "allgather" && $3 != "-") || !($8 > 0)) bad = 1 }
+        /^# auto\/best: worst/ { s1 = 1 } /^# pick\/best/ { s2 = 1 }
+        END { exit !(rows == 4 && !bad && s1 && s2) }' || fail "bench-select -c $c table: $out"
+done
+bash "$src/scripts/bench-select.sh" -c bcast loopback >/dev/null 2>&1 && fail "bench-select -c bcast accepted"
+rm -rf "$bs"
+
 out=$("$top/flx-train" --data /nonexistent/dir --epochs 1 2>&1) && fail "missing data accepted"
 echo "$out" | grep -q "/nonexistent/dir/train-images-idx3-ubyte" || fail "error does not name the file: $out"
-echo "PASS: flx-example, flx-info (-c, --calibrate), compare-mpi report, flx-train"
+echo "PASS: flx-example, flx-info (-c, --calibrate), compare-mpi report, bench-select, flx-train"
