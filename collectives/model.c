@@ -189,11 +189,17 @@ flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar
     return (flx_algo_t)(FLX_ALGO_RING + model_pick_index(t, MODEL_NAR, call));
 }
 
+/* With N <= 3 Bruck takes as many steps as the ring (ceil(log2 N) = N - 1)
+ * and moves the same blocks, plus its local copies, so it is never picked
+ * there, whatever a noisy fit says (on 2 ranks the fit once took it for
+ * 256 KiB-8 MiB, 1.1-2x slower than the ring). */
 flx_algo_t model_pick_allgather_explore(int n, double bpr, const model_ab_t ag[MODEL_NAG],
                                         unsigned long call)
 {
     double t[MODEL_NAG] = {model_allgather_time_ab(FLX_ALGO_RING, n, bpr, ag[0]),
-                           model_allgather_time_ab(FLX_ALGO_RD, n, bpr, ag[1])};
+                           topo_log2_ceil(n) >= n - 1
+                               ? 1e300
+                               : model_allgather_time_ab(FLX_ALGO_RD, n, bpr, ag[1])};
 
     return model_pick_index(t, MODEL_NAG, call) ? FLX_ALGO_RD : FLX_ALGO_RING;
 }

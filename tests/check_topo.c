@@ -759,6 +759,16 @@ START_TEST(test_model_allgather_fit)
     ag[1].alpha = 45e-6;
     ck_assert_int_eq(model_pick_allgather_explore(4, 16384, ag, 0), FLX_ALGO_RD);
     ck_assert_int_eq(model_pick_allgather_explore(4, 16.0 * (1 << 20), ag, 0), FLX_ALGO_RING);
+    /* with 2 or 3 ranks Bruck takes as many steps as the ring: never
+     * picked or explored, however cheap its fit */
+    for (int n = 2; n <= 4; n++) {
+        model_ab_t cheap[MODEL_NAG] = {link, {link.alpha / 100, link.inv_bw / 100}};
+        for (unsigned long call = 0; call < 2 * MODEL_EXPLORE && n <= 3; call++)
+            for (double s = 1; s <= 1e9; s *= 9.7)
+                ck_assert_int_eq(model_pick_allgather_explore(n, s, cheap, call), FLX_ALGO_RING);
+        if (n == 4) /* one step less than the ring: the cheap fit wins */
+            ck_assert_int_eq(model_pick_allgather_explore(n, 8, cheap, 0), FLX_ALGO_RD);
+    }
     /* exploring: at 128 KiB per rank the two are within 2x of each other */
     for (unsigned long call = 0; call < 4 * MODEL_EXPLORE; call++) {
         flx_algo_t a = model_pick_allgather_explore(4, 131072, ag, call);
