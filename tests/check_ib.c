@@ -303,13 +303,36 @@ static int body_leave_pinned(flx_comm_h comm, int rank, int size, void *arg)
         }
         free(b);
     }
-    if (!ctx->mrc.leave_pinned)
-        return 0;
-    if (ctx->mrc.transient != 0)
+    if (ctx->mrc.leave_pinned && ctx->mrc.transient != 0)
         return mp_fail(rank, "%llu registrations for one message with leave pinned",
                        (unsigned long long)ctx->mrc.transient);
-    if (ctx->mrc.hits <= hits0)
+    if (ctx->mrc.leave_pinned && ctx->mrc.hits <= hits0)
         return mp_fail(rank, "no cache hit for a reused malloc'd buffer");
+    { /* a read-only input (the ring sends from it): registered read-only
+       * for that message, never cached -- the pages may become writable */
+        const size_t len = COUNT * sizeof(float);
+        float *src = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        float *dst = malloc(len);
+        uint64_t t0 = ctx->mrc.transient;
+
+        if (src == MAP_FAILED || dst == NULL)
+            return mp_fail(rank, "no memory");
+        for (size_t i = 0; i < COUNT; i++)
+            src[i] = (float)(rank + (int)(i % 7));
+        if (mprotect(src, len, PROT_READ) != 0 ||
+            flx_allreduce(comm, src, dst, COUNT, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING) != FLX_OK)
+            return mp_fail(rank, "ring allreduce from read-only memory failed");
+        for (size_t i = 0; i < COUNT; i++)
+            if (dst[i] != (float)(size * (size - 1) / 2 + size * (int)(i % 7)))
+                return mp_fail(rank, "read-only input: element %zu is %g", i, dst[i]);
+        for (ib_mr_entry_t *e = ctx->mrc.head; e; e = e->next)
+            if (e->read_only)
+                return mp_fail(rank, "a read-only registration was cached");
+        if (ctx->mrc.leave_pinned && ctx->mrc.transient == t0)
+            return mp_fail(rank, "read-only input with leave pinned: no registration for it");
+        munmap(src, len);
+        free(dst);
+    }
     return 0;
 }
 

@@ -59,6 +59,7 @@ typedef struct ib_mr_entry {
     uint64_t last_use;
     int refs;
     int transient;        /* registered for one message, not cached     */
+    int read_only;        /* the pages were read-only: for sends only   */
 } ib_mr_entry_t;
 
 typedef struct {

@@ -162,6 +162,15 @@ static flx_status_t mr_get(ib_mr_cache_t *cache, void *addr, size_t len, int tra
     st = mr_register(cache, addr, start, end, &e);
     if (st != FLX_OK)
         return st;
+    if (e->read_only) {
+        /* never cached: the program may make the pages writable later (or
+         * a private mapping's copy-on-write may replace them), and a
+         * cached read-only registration would then send the old pages */
+        e->transient = 1;
+        cache->transient++;
+        *entry_p = e;
+        return FLX_OK;
+    }
     e->next = cache->head;
     cache->head = e;
     cache->count++;
@@ -189,6 +198,7 @@ static flx_status_t mr_register(ib_mr_cache_t *cache, void *addr, uintptr_t star
      * that; a receive into such a range fails at the device, not silently */
     if (e->mr == NULL && (errno == EFAULT || errno == EACCES)) {
         e->mr = ibv_reg_mr(cache->pd, addr, end - start, 0);
+        e->read_only = e->mr != NULL;
         if (e->mr != NULL)
             flx_debug(NET, cache->rank, "ib: %p (%zu bytes) registered read-only", addr,
                       (size_t)(end - start));
