@@ -188,13 +188,9 @@ flx_status_t comm_run_allreduce(flx_comm_h comm, const void *sendbuf, void *recv
     double t0;
 
     algo = comm_pick_allreduce(comm, count, dtype, algo, 1);
-    /* every algorithm reads sendbuf itself instead of a copy in recvbuf
-     * (the same bits: the ops are commutative) */
-    if (comm->size == 1 && sendbuf != recvbuf && bytes)
-        memcpy(recvbuf, sendbuf, bytes);
+    /* every algorithm reads sendbuf itself (one rank: copies it) instead of
+     * a copy in recvbuf (the same bits: the ops are commutative) */
     coll_begin(comm, COLL_ALLREDUCE, algo, dtype, op, count, "allreduce");
-    if (comm->size == 1)
-        return FLX_OK;
     t0 = flx_time_now();
     switch (algo) {
     case FLX_ALGO_TREE: st = coll_allreduce_tree(comm, sendbuf, recvbuf, count, dtype, op); break;

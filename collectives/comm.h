@@ -52,7 +52,7 @@ typedef struct {
     int nbw, nlat;            /* observations since the last agreement    */
     unsigned long autos;      /* automatic allreduce choices made so far   */
     unsigned long ag_autos;   /* ... and allgather choices                 */
-    double hist[1 + MODEL_NAR + MODEL_NAG][2][2]; /* [link, ar..., ag...]
+    double hist[MODEL_NAR + MODEL_NAG][2][2]; /* [ar..., ag...]
                                  [alpha, 1/beta]: the last two
                                  observations (-1: none; the start value
                                  first), for model_learn's spike filter   */

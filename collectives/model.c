@@ -183,8 +183,9 @@ flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar
 
     for (int i = 0; i < MODEL_NAR; i++) {
         flx_algo_t algo = (flx_algo_t)(FLX_ALGO_RING + i);
-        t[i] = n == 2 && algo == FLX_ALGO_TREE ? 1e300
-                                                : model_allreduce_time_ab(algo, n, bytes, ar[i], chunk);
+        t[i] = n == 2 && algo == FLX_ALGO_TREE
+                   ? 1e300
+                   : model_allreduce_time_ab(algo, n, bytes, ar[i], chunk);
     }
     return (flx_algo_t)(FLX_ALGO_RING + model_pick_index(t, MODEL_NAR, call));
 }
@@ -309,9 +310,8 @@ static void model_live_start(flx_comm_h comm)
     lv->nbw = lv->nlat = 0;
     /* the filter's history starts with the start values: a first stalled
      * run moves nothing either */
-    for (int i = 0; i < 1 + MODEL_NAR + MODEL_NAG; i++) {
-        model_ab_t s = i == 0 ? lv->link0 : i <= MODEL_NAR ? lv->ar0[i - 1]
-                                                          : lv->ag0[i - 1 - MODEL_NAR];
+    for (int i = 0; i < MODEL_NAR + MODEL_NAG; i++) {
+        model_ab_t s = i < MODEL_NAR ? lv->ar0[i] : lv->ag0[i - MODEL_NAR];
         lv->hist[i][0][0] = lv->hist[i][1][0] = -1;
         lv->hist[i][0][1] = s.alpha;
         lv->hist[i][1][1] = s.inv_bw;
@@ -402,12 +402,12 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
         model_allreduce_terms(algo, comm->size, bytes, chunk, &c0, &a, &b);
         mine = &lv->ar[ai];
         start = lv->ar0[ai];
-        hist = lv->hist[1 + ai];
+        hist = lv->hist[ai];
     } else if (kind == COLL_ALLGATHER && (algo == FLX_ALGO_RING || algo == FLX_ALGO_RD)) {
         model_allgather_terms(algo, comm->size, bytes, &c0, &a, &b);
         mine = &lv->ag[gi];
         start = lv->ag0[gi];
-        hist = lv->hist[1 + MODEL_NAR + gi];
+        hist = lv->hist[MODEL_NAR + gi];
     } else {
         return FLX_OK;
     }
@@ -474,9 +474,10 @@ static flx_status_t model_fit_run(flx_comm_h comm, int i, float *buf, size_t cou
         st = algo == FLX_ALGO_RD ? coll_allgather_bruck(comm, buf, count * sizeof(float))
                                  : coll_allgather_ring(comm, buf, count * sizeof(float));
     else
-        st = algo == FLX_ALGO_RING   ? coll_allreduce_ring(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM)
-             : algo == FLX_ALGO_TREE ? coll_allreduce_tree(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM)
-                                     : coll_allreduce_rd(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM);
+        st = algo == FLX_ALGO_RING ? coll_allreduce_ring(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM)
+             : algo == FLX_ALGO_TREE
+                 ? coll_allreduce_tree(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM)
+                 : coll_allreduce_rd(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM);
     *t_p = flx_time_now() - t0;
     return st;
 }

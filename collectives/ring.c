@@ -167,8 +167,8 @@ static flx_status_t ring_rs(flx_comm_h comm, char *base, const char *src, const 
         for (size_t j = 0; j < seg_chunks(len[sseg], elems) && st == FLX_OK; j++) {
             size_t co, cl;
             chunk_range(len[sseg], elems, j, &co, &cl);
-            st = coll_send(comm, next, COLL_STEP(phase0, j), (src ? src : base) + (off[sseg] + co) * es,
-                           cl * es, &w->rs_sreq[j]);
+            st = coll_send(comm, next, COLL_STEP(phase0, j),
+                           (src ? src : base) + (off[sseg] + co) * es, cl * es, &w->rs_sreq[j]);
         }
     }
     for (int s = 0; s < n - 1 && st == FLX_OK; s++) {
