@@ -192,8 +192,8 @@ flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar
 
 /* With N <= 3 Bruck takes as many steps as the ring (ceil(log2 N) = N - 1)
  * and moves the same blocks, plus its local copies, so it is never picked
- * there, whatever a noisy fit says (on 2 ranks the fit once took it for
- * 256 KiB-8 MiB, 1.1-2x slower than the ring). */
+ * there, whatever a noisy fit says (on 2 ranks the fit took it for
+ * 64 KiB-8 MiB in 2 of 6 runs, where the ring was 1.04-2.0x faster). */
 flx_algo_t model_pick_allgather_explore(int n, double bpr, const model_ab_t ag[MODEL_NAG],
                                         unsigned long call)
 {
