@@ -38,7 +38,9 @@ vm=../shared/softroce/softroce-run.sh
 if [ -x "$vm" ] && [ "$(id -u)" = 0 ]; then
     echo "scripts/test.sh: the suite over verbs (ib backend) in the SoftRoCE VM"
     SOFTROCE_TIMEOUT=${SOFTROCE_TIMEOUT:-1200} "$vm" scripts/test-ib.sh build
+    ib="ib suite"
 else
     echo "scripts/test.sh: SKIP the ib suite: no $vm or not root"
+    ib="ib suite skipped"
 fi
-echo "scripts/test.sh: all tests passed (plain and sanitizer builds, ib suite)"
+echo "scripts/test.sh: all tests passed (plain and sanitizer builds; $ib)"
