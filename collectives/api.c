@@ -103,14 +103,19 @@ flx_algo_t flx_allreduce_algo(flx_comm_h comm, size_t count, flx_dtype_t dtype)
     return algo;
 }
 
-/* Wait until earlier non-blocking requests have run, then take the
- * execution lock.  Returns the communicator's sticky error, if any. */
-flx_status_t comm_enter(flx_comm_h comm)
+void comm_wait_idle(flx_comm_h comm)
 {
     pthread_mutex_lock(&comm->lock);
     while (comm->pending > 0)
         pthread_cond_wait(&comm->cond, &comm->lock);
     pthread_mutex_unlock(&comm->lock);
+}
+
+/* Wait until earlier non-blocking requests have run, then take the
+ * execution lock.  Returns the communicator's sticky error, if any. */
+flx_status_t comm_enter(flx_comm_h comm)
+{
+    comm_wait_idle(comm);
     pthread_mutex_lock(&comm->exec);
     comm_sync_abort(comm);
     if (comm->err != FLX_OK) {

@@ -110,6 +110,11 @@ flx_status_t flx_allreduce_check(flx_comm_h comm, const void *sendbuf, void *rec
                                  size_t count, flx_dtype_t dtype, flx_op_t op, flx_algo_t algo);
 flx_status_t flx_allgather_check(flx_comm_h comm, const void *sendbuf, void *recvbuf,
                                  size_t count, flx_dtype_t dtype, flx_algo_t algo);
+/* Wait until this rank's non-blocking requests have run.  The live model
+ * changes only inside collectives, which run in the same order on every
+ * rank: after this, a rank reads the model every rank reads at the same
+ * point of its calls. */
+void comm_wait_idle(flx_comm_h comm);
 flx_status_t comm_enter(flx_comm_h comm);
 flx_status_t comm_leave(flx_comm_h comm, flx_status_t st);
 /* make st the communicator's sticky error and tell the peers (exec held) */

@@ -19,7 +19,8 @@ typedef struct {
     cfg_kind_t kind;
     size_t offset;
     size_t len;              /* CFG_STRING: buffer size */
-    long min, max;           /* CFG_INT bounds; CFG_SIZE: max if > 0 */
+    long min, max;           /* CFG_INT bounds; CFG_SIZE: max if > 0;
+                                CFG_SIZE, CFG_TIME: min 1 rejects 0 */
     const char *const *choices; /* CFG_ENUM, NULL-terminated */
 } cfg_field_t;
 
@@ -49,13 +50,13 @@ static const cfg_field_t cfg_table[] = {
     {"ALGO", "auto", "collective algorithm: auto|ring|tree|rd (auto: alpha-beta model)", CFG_ENUM,
      OFF(algo), 0, 0, 0, algo_choices},
     {"TIMEOUT", "30s", "a collective that makes no progress for this long fails with FLX_ERR_TIMED_OUT",
-     CFG_TIME, OFF(timeout_s), 0, 0, 0, NULL},
+     CFG_TIME, OFF(timeout_s), 0, 1, 0, NULL},
     {"CONNECT_TIMEOUT", "60s", "how long bootstrap waits for the root and the other ranks", CFG_TIME,
-     OFF(connect_timeout_s), 0, 0, 0, NULL},
+     OFF(connect_timeout_s), 0, 1, 0, NULL},
     {"HANDSHAKE_TIMEOUT", "5s", "how long an accepted connection may take to authenticate", CFG_TIME,
-     OFF(handshake_timeout_s), 0, 0, 0, NULL},
+     OFF(handshake_timeout_s), 0, 1, 0, NULL},
     {"CHUNK_SIZE", "512k", "pipeline chunk of ring, tree and broadcast algorithms", CFG_SIZE,
-     OFF(chunk_size), 0, 0, 0, NULL},
+     OFF(chunk_size), 0, 1, 0, NULL},
     {"TCP_SOCKBUF", "0", "SO_SNDBUF/SO_RCVBUF of data sockets (0: kernel autotuning)", CFG_SIZE,
      OFF(tcp_sockbuf), 0, 0, 0, NULL},
     {"CALIBRATE", "yes", "measure alpha and beta when a communicator is created", CFG_BOOL,
@@ -153,7 +154,7 @@ int flx_parse_rate(const char *s, double *out_p)
     case 'G': mult = 1e9; end++; break;
     default: return -1;
     }
-    if (*end != '\0')
+    if (*end != '\0' || !isfinite(v * mult)) /* 1e308G is not a rate */
         return -1;
     *out_p = v * mult;
     return 0;
@@ -172,6 +173,8 @@ int flx_parse_time(const char *s, double *out_p)
     else if (strcmp(end, "ns") == 0) mult = 1e-9;
     else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0) mult = 60;
     else return -1;
+    if (!isfinite(v * mult)) /* 1e308m */
+        return -1;
     *out_p = v * mult;
     return 0;
 }
@@ -254,8 +257,10 @@ static const char *kind_expect(const cfg_field_t *f)
 {
     switch (f->kind) {
     case CFG_INT: return "an integer in range";
-    case CFG_SIZE: return "a size such as 4096, 64k, 4M or 1G";
-    case CFG_TIME: return "a time such as 500us, 10ms, 30s or 2m";
+    case CFG_SIZE: return f->min > 0 ? "a nonzero size such as 4096, 64k, 4M or 1G"
+                                     : "a size such as 4096, 64k, 4M or 1G";
+    case CFG_TIME: return f->min > 0 ? "a nonzero time such as 500us, 10ms, 30s or 2m"
+                                     : "a time such as 500us, 10ms, 30s or 2m";
     case CFG_BOOL: return "yes/no, on/off, true/false or 1/0";
     case CFG_STRING: return "a shorter string";
     case CFG_ENUM: return "one of the listed choices";
@@ -283,7 +288,9 @@ static int field_parse(const cfg_field_t *f, flx_config_t *cfg, const char *valu
         *(int *)base = (int)l;
         return 0;
     case CFG_SIZE:
-        if (flx_parse_size(value, &sz) != 0 || (f->max > 0 && sz > (size_t)f->max)) return -1;
+        if (flx_parse_size(value, &sz) != 0 || (f->max > 0 && sz > (size_t)f->max) ||
+            (f->min > 0 && sz == 0))
+            return -1;
         *(size_t *)base = sz;
         return 0;
     case CFG_RATE:
@@ -291,7 +298,7 @@ static int field_parse(const cfg_field_t *f, flx_config_t *cfg, const char *valu
         *(double *)base = d;
         return 0;
     case CFG_TIME:
-        if (flx_parse_time(value, &d) != 0) return -1;
+        if (flx_parse_time(value, &d) != 0 || (f->min > 0 && d == 0)) return -1;
         *(double *)base = d;
         return 0;
     case CFG_BOOL:

@@ -130,12 +130,17 @@ flx_status_t cmp_artopk_reserve(cmp_artopk_t *ar, size_t k_max)
         }
         if (st == FLX_OK)
             st = artopk_grow((void **)&ar->u_pos, k_max * sizeof(int32_t));
-        if (st == FLX_OK) { /* the union's selector, sized for N proposals */
-            cmp_topk_destroy(ar->vote_sel);
-            ar->vote_sel = NULL;
-            st = cmp_topk_create(N * kp, FLX_MIN(k_max, N * kp), 1, 0x707e, &ar->vote_sel);
+        if (st == FLX_OK) { /* the union's selector, sized for N proposals; the
+                               old one stays if the new one cannot be made */
+            cmp_topk_t *sel = NULL;
+            st = cmp_topk_create(N * kp, FLX_MIN(k_max, N * kp), 1, 0x707e, &sel);
+            if (st == FLX_OK) {
+                cmp_topk_destroy(ar->vote_sel);
+                ar->vote_sel = sel;
+            }
         }
-        ar->kp_max = kp;
+        if (st == FLX_OK)
+            ar->kp_max = kp;
     }
     if (st != FLX_OK) {
         flx_error(COMPRESS, ar->rank, "AR-Topk: no memory for k = %zu", k_max);

@@ -132,13 +132,17 @@ flx_status_t cmp_artopk_pipe(flx_comm_h comm, int leader, int32_t *idx, size_t k
 
 /* ---- quantisers (quant.c) ------------------------------------------------------- */
 
-/* fp16 / bf16 casts: q[i] = half(acc[i]) (fp16 saturates at +-65504).
+/* fp16 / bf16 casts: q[i] = half(acc[i]) (a finite value saturates at the
+ * largest finite half, +-65504 for fp16, +-3.39e38 for bf16).
  * resid != NULL: resid[i] = acc[i] - float(q[i]) (acc and resid may alias).
  * Returns sum of float(q)^2. */
 double cmp_cast_encode(const float *acc, uint16_t *q, size_t n, flx_dtype_t dtype,
                        float *resid);
 /* out[i] = float(q[i]) / div (div = 1: exact) */
 void cmp_cast_decode(const uint16_t *q, size_t n, flx_dtype_t dtype, float div, float *out);
+/* The index of the first q[i] that is Inf or NaN (a half-precision sum
+ * that overflowed), or n if none. */
+size_t cmp_cast_first_nonfinite(const uint16_t *q, size_t n, flx_dtype_t dtype);
 
 /* QSGD, 8 bits: per bucket of `bucket` elements a float scale s = max |x|
  * and one signed level l in [-127, 127] per element, |l| = floor(127|x|/s

@@ -470,8 +470,11 @@ static flx_status_t gsync_done(flx_gsync_h h, flx_gsync_report_t *rep, double t1
     return FLX_OK;
 }
 
-/* TOPK with AUTO: the cheaper collective by the cost model (same on every
- * rank: the model's alpha and beta are agreed at communicator creation). */
+/* TOPK with AUTO: the cheaper collective by the cost model.  The same on
+ * every rank: the model is agreed, and refreshed only inside collectives;
+ * the previous step's index set may still travel in the background, and a
+ * refresh inside it would reach some ranks before they read the model and
+ * others after, so that request finishes first. */
 static flx_gsync_coll_t gsync_pick_topk(flx_gsync_h h)
 {
     flx_link_model_t lm;
@@ -479,6 +482,7 @@ static flx_gsync_coll_t gsync_pick_topk(flx_gsync_h h)
 
     if (h->o.collective != FLX_GSYNC_COLL_AUTO)
         return h->o.collective;
+    comm_wait_idle(h->comm);
     if (flx_comm_link_model(h->comm, &lm) != FLX_OK)
         return FLX_GSYNC_COLL_ARTOPK;
     switch (h->index_mode) {
@@ -595,6 +599,7 @@ static flx_status_t gsync_step_cast(flx_gsync_h h, float *grad, flx_gsync_report
 {
     const flx_dtype_t dt = h->o.method == FLX_COMPRESS_FP16 ? FLX_FLOAT16 : FLX_BFLOAT16;
     cmp_ef_sums_t sums;
+    size_t i_bad;
     int bad, any_bad;
     double t0 = flx_time_now(), t1, c2;
     const float *acc = gsync_accumulate(h, grad, &sums, &bad);
@@ -616,6 +621,14 @@ static flx_status_t gsync_step_cast(flx_gsync_h h, float *grad, flx_gsync_report
     any_bad = flag != 0.0f;
     if (any_bad)
         return gsync_fail_bad(h, bad);
+    /* the sum is the same bits on every rank, so every rank fails alike */
+    if ((i_bad = cmp_cast_first_nonfinite(h->half, h->n, dt)) < h->n) {
+        flx_error(COMPRESS, h->rank, "flx_gsync_step %llu: the %s sum of %d ranks overflowed "
+                  "at element %zu (beyond +-%g): every rank fails this step, residuals "
+                  "unchanged", (unsigned long long)h->step, flx_dtype_name(dt), h->N, i_bad,
+                  dt == FLX_FLOAT16 ? 65504.0 : 3.39e38);
+        return FLX_ERR_INVALID_ARG;
+    }
     t1 = flx_time_now();
     cmp_cast_decode(h->half, h->n, dt, h->o.op == FLX_AVG ? (float)h->N : 1.0f, grad);
     return gsync_done(h, rep, t1, FLX_GSYNC_COLL_ALLREDUCE, h->n, c2, sums.acc2);

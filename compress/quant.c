@@ -15,6 +15,7 @@
 #include <string.h>
 
 #define QUANT_FP16_MAX 65504.0f
+#define QUANT_BF16_MAX 0x7f7fu /* the largest finite bfloat16, 3.39e38 */
 #define QSGD_LEVELS 127
 
 double cmp_cast_encode(const float *acc, uint16_t *q, size_t n, flx_dtype_t dtype,
@@ -37,7 +38,10 @@ double cmp_cast_encode(const float *acc, uint16_t *q, size_t n, flx_dtype_t dtyp
         for (size_t i = 0; i < n; i++) {
             float a = acc[i];
             uint16_t h = flx_float_to_bf16(a);
-            float d = flx_bf16_to_float(h);
+            float d;
+            if ((h & 0x7fffu) == 0x7f80u && isfinite(a)) /* rounded up to Inf */
+                h = (uint16_t)((h & 0x8000u) | QUANT_BF16_MAX);
+            d = flx_bf16_to_float(h);
             q[i] = h;
             if (resid)
                 resid[i] = a - d;
@@ -56,6 +60,16 @@ void cmp_cast_decode(const uint16_t *q, size_t n, flx_dtype_t dtype, float div, 
         for (size_t i = 0; i < n; i++)
             out[i] = flx_bf16_to_float(q[i]) / div;
     }
+}
+
+size_t cmp_cast_first_nonfinite(const uint16_t *q, size_t n, flx_dtype_t dtype)
+{
+    const uint16_t exp = dtype == FLX_FLOAT16 ? 0x7c00u : 0x7f80u; /* all ones: Inf, NaN */
+
+    for (size_t i = 0; i < n; i++)
+        if ((q[i] & exp) == exp)
+            return i;
+    return n;
 }
 
 static size_t qsgd_buckets(size_t n, size_t bucket) { return FLX_DIV_ROUND_UP(n, bucket); }
@@ -79,14 +93,15 @@ double cmp_qsgd8_encode(const float *acc, size_t n, size_t bucket, cmp_rng_t *rn
 
     for (size_t b = 0; b < nb; b++) {
         size_t lo = b * bucket, hi = FLX_MIN(n, lo + bucket);
-        float s = 0, inv, step;
+        float s = 0, step;
+        double inv; /* 127 / s overflows a float for s below 3.7e-37 */
         uint64_t bits = 0;
         int have = 0;
 
         for (size_t i = lo; i < hi; i++)
             s = fmaxf(s, fabsf(acc[i]));
         scales[b] = s;
-        inv = s > 0 ? QSGD_LEVELS / s : 0.0f;
+        inv = s > 0 ? QSGD_LEVELS / (double)s : 0.0;
         step = qsgd_step(s);
         for (size_t i = lo; i < hi; i++) {
             float a = acc[i], u, d;
@@ -98,7 +113,7 @@ double cmp_qsgd8_encode(const float *acc, size_t n, size_t bucket, cmp_rng_t *rn
             u = (float)(bits & 0xffffff) * 0x1.0p-24f;
             bits >>= 32;
             have--;
-            l = (int)(fabsf(a) * inv + u);
+            l = (int)(fabsf(a) * inv + u); /* |a| <= s: at most 127 + u */
             l = l > QSGD_LEVELS ? QSGD_LEVELS : l;
             l = a < 0 ? -l : l;
             lv[i] = (int8_t)l;

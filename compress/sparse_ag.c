@@ -122,6 +122,15 @@ flx_status_t cmp_sparse_ag_step(cmp_sparse_ag_t *ag, const int32_t *idx, const f
                       "(%zu bytes, count %u)", r, ag->counts[r], head[0]);
             return FLX_ERR_PROTOCOL;
         }
+        for (size_t j = 0; j < head[0]; j++) {
+            int32_t i;
+            memcpy(&i, b + SAG_HEADER + 4 * j, sizeof(i));
+            if (flx_unlikely((uint32_t)i >= ag->n)) {
+                flx_error(COMPRESS, rank, "sparse allgather: rank %d sent index %d of a "
+                          "%zu-element vector", r, i, ag->n);
+                return FLX_ERR_PROTOCOL;
+            }
+        }
         any_bad |= head[1] != 0;
     }
     *bytes_p += (uint64_t)(ag->displs[N - 1] + ag->counts[N - 1] -
@@ -139,14 +148,8 @@ flx_status_t cmp_sparse_ag_step(cmp_sparse_ag_t *ag, const int32_t *idx, const f
         rk = head[0];
         ri = (const int32_t *)(b + SAG_HEADER);
         rv = (const float *)(b + SAG_HEADER + 4 * rk);
-        for (size_t j = 0; j < rk; j++) {
-            if (flx_unlikely((uint32_t)ri[j] >= ag->n)) {
-                flx_error(COMPRESS, rank, "sparse allgather: rank %d sent index %d of a "
-                          "%zu-element vector", r, ri[j], ag->n);
-                return FLX_ERR_PROTOCOL;
-            }
+        for (size_t j = 0; j < rk; j++) /* every index was checked above */
             out[ri[j]] += rv[j];
-        }
     }
     return FLX_OK;
 }

@@ -436,13 +436,12 @@ static int ctl_decide(flx_ctl_h h, ctl_cand_t *cand, int *ncand_p, double *pred_
     switch (h->o.mode) {
     case FLX_CTL_ACCORDION: {
         double kept = h->critical ? h->o.critical_kept : h->o.low_kept;
-        double gain = 1.0;
+        int near = 0;
 
-        for (int f = 0; f < nf; f++) /* the nearest fraction's estimate */
-            if (f == 0 || fabs(log(h->o.fractions[f] / kept)) <
-                              fabs(log(h->o.fractions[f - 1] / kept)))
-                gain = gains[f];
-        ctl_candidate(h, &cand[n], CTL_ARTOPK, kept, gain);
+        for (int f = 1; f < nf; f++) /* the nearest fraction's estimate */
+            if (fabs(log(h->o.fractions[f] / kept)) < fabs(log(h->o.fractions[near] / kept)))
+                near = f;
+        ctl_candidate(h, &cand[n], CTL_ARTOPK, kept, gains[near]);
         cand[n].score = 0;
         *ncand_p = n + 1;
         return n;

@@ -173,7 +173,10 @@ FLX_API const char *flx_comm_net_name(flx_comm_h comm);
 FLX_API flx_status_t flx_mem_register(flx_comm_h comm, void *ptr, size_t len);
 FLX_API flx_status_t flx_mem_deregister(flx_comm_h comm, void *ptr);
 
-/* The measured link model: time(bytes) = alpha + bytes / beta. */
+/* The measured link model: time(bytes) = alpha + bytes / beta.  The live
+ * refresh changes it inside collectives, at the same call on every rank:
+ * read with none of this rank's non-blocking requests in flight, it is the
+ * same on every rank (as are flx_allreduce_algo / flx_allgather_algo). */
 typedef struct {
     double alpha_s;          /* one-way latency of a small message, seconds */
     double beta_bytes_per_s; /* point-to-point bandwidth, bytes/second      */

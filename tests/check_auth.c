@@ -532,7 +532,8 @@ START_TEST(test_acceptor_garbage)
 END_TEST
 
 /* a connector claiming rank >= size is refused by the acceptor; the
- * connector, cut off, reports an authentication failure */
+ * connector, cut off before any challenge (nothing about its secret was
+ * judged), reports a lost peer */
 START_TEST(test_handshake_bad_rank)
 {
     int fds[2];
@@ -547,7 +548,7 @@ START_TEST(test_handshake_bad_rank)
     peer_main(&con);
     ck_assert_int_eq(peer_join(&acc), FLX_ERR_PROTOCOL);
     ck_assert(hello_untouched(&acc.hello));
-    ck_assert_int_eq(con.st, FLX_ERR_AUTH);
+    ck_assert_int_eq(con.st, FLX_ERR_PEER_LOST);
 }
 END_TEST
 
@@ -567,7 +568,8 @@ START_TEST(test_peer_hangs_up)
     ck_assert(hello_untouched(&hello));
     close(fds[1]);
 
-    /* acceptor closes after reading the HELLO: the connector fails auth */
+    /* acceptor closes after reading the HELLO, before its challenge: the
+     * connector reports a lost peer, not a wrong secret */
     {
         peer_t con;
 
@@ -576,7 +578,7 @@ START_TEST(test_peer_hangs_up)
         peer_start(&con);
         ck_assert_int_eq(read_full(fds[1], wire, sizeof(wire), 5), AUTH_HELLO_BYTES);
         close(fds[1]);
-        ck_assert_int_eq(peer_join(&con), FLX_ERR_AUTH);
+        ck_assert_int_eq(peer_join(&con), FLX_ERR_PEER_LOST);
         ck_assert(con.elapsed < 2.0);
     }
 }

@@ -732,6 +732,27 @@ static int body_casts(flx_comm_h comm, int rank, int N, void *arg)
             if (rc == 0)
                 rc = same_everywhere(comm, rank, N, g, n, flx_compress_name(o.method));
         }
+        /* fp16: values that fit alone but whose sum does not (2 x 40000 >
+         * 65504) fail the step on every rank, residual unchanged, instead of
+         * returning Inf */
+        if (m == 0 && N > 1 && rc == 0) {
+            flx_status_t st;
+            for (size_t i = 0; i < n; i++)
+                g[i] = 0.5f;
+            g[n - 1] = 0.3f; /* its fp16 rounding stays in the residual */
+            if (flx_gsync_step(h, g, NULL) != FLX_OK)
+                rc = mp_fail(rank, "fp16 step before the overflow");
+            memcpy(want, flx_gsync_residual(h), n * sizeof(float));
+            for (size_t i = 0; i < n && rc == 0; i++)
+                g[i] = i == n / 2 ? 40000.0f : 0.5f;
+            if (rc == 0 && (st = flx_gsync_step(h, g, NULL)) != FLX_ERR_INVALID_ARG)
+                rc = mp_fail(rank, "fp16 sum overflow: %s, not FLX_ERR_INVALID_ARG",
+                             flx_status_name(st));
+            if (rc == 0 && memcmp(want, flx_gsync_residual(h), n * sizeof(float)) != 0)
+                rc = mp_fail(rank, "fp16 sum overflow changed the residual");
+            if (rc == 0 && want[n - 1] == 0.0f)
+                rc = mp_fail(rank, "no fp16 rounding kept in the residual: the check is void");
+        }
         flx_gsync_destroy(h);
     }
     free(want);

@@ -309,6 +309,10 @@ START_TEST(test_load_malformed)
         {"FLX_BETA", "10Gbit"},       {"FLX_TCP_SOCKBUF", "4x"},
         {"FLX_IB_EAGER", "2m"},       {"FLX_IB_STAGE_SIZE", "128m"}, {"FLX_IB_STAGE_SLOTS", "-1"},
         {"FLX_IB_STAGE_SLOTS", "4097"},
+        /* zero where zero makes no sense, and values that overflow to Inf */
+        {"FLX_TIMEOUT", "0"},         {"FLX_CONNECT_TIMEOUT", "0s"}, {"FLX_HANDSHAKE_TIMEOUT", "0ms"},
+        {"FLX_CHUNK_SIZE", "0"},      {"FLX_TIMEOUT", "1e308m"},    {"FLX_ALPHA", "1e308min"},
+        {"FLX_BETA", "1e300G"},
     };
     char longroot[400];
 

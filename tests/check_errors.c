@@ -406,6 +406,41 @@ static int raw_wrong_secret(int rank, int size, const char *root, void *arg)
                      : (st == FLX_ERR_TIMED_OUT ? 0 : mp_fail(rank, "got %s", flx_status_string(st)));
 }
 
+/* a "root" that accepts and hangs up before its challenge judged nothing:
+ * the member reports a lost peer, not a wrong secret */
+static int raw_root_hangs_up(int rank, int size, const char *root, void *arg)
+{
+    struct sockaddr_in addr;
+    flx_comm_h comm;
+    flx_status_t st;
+    int lfd, fd;
+
+    (void)arg;
+    if (rank == 0) {
+        sock_parse_addr(root, &addr);
+        if (sock_listen(&addr, 4, &lfd, NULL) != FLX_OK)
+            return mp_fail(rank, "cannot listen at %s", root);
+        if (sock_accept(lfd, flx_time_now() + 10, &fd, NULL) != FLX_OK)
+            return mp_fail(rank, "nobody came");
+        close(fd);
+        close(lfd);
+        return 0;
+    }
+    st = mp_comm_create(rank, size, root, &comm);
+    if (st == FLX_OK) {
+        flx_comm_destroy(comm);
+        return mp_fail(rank, "a job formed with a root that hung up");
+    }
+    return st == FLX_ERR_PEER_LOST ? 0 : mp_fail(rank, "got %s, not FLX_ERR_PEER_LOST",
+                                                  flx_status_name(st));
+}
+
+START_TEST(test_root_hangs_up)
+{
+    ck_assert_int_eq(mp_run_raw(2, raw_root_hangs_up, NULL, 30, NULL), 0);
+}
+END_TEST
+
 START_TEST(test_wrong_secret)
 {
     setenv("FLX_CONNECT_TIMEOUT", "2s", 1);
@@ -573,6 +608,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_dead_peer, 0, 3);
     tcase_add_test(tc, test_strangers);
+    tcase_add_test(tc, test_root_hangs_up);
     tcase_add_test(tc, test_wrong_secret);
     tcase_add_test(tc, test_bad_args);
     tcase_add_test(tc, test_bad_env);

@@ -584,6 +584,56 @@ START_TEST(test_async_error)
 }
 END_TEST
 
+/* ---- a send to a peer that failed -------------------------------------------- */
+
+/* Rank 0 broadcasts 64 MiB while rank 1 reads nothing: rank 0's send
+ * stalls with the socket buffers full.  Then rank 1 aborts while idle (its
+ * peers hear why at once) and stays alive, so its connection closes without
+ * a reset.  The broadcast must fail as soon as rank 0 reads the notice,
+ * with FLX_ERR_PEER_LOST, not wait out FLX_TIMEOUT (20 s here) for a send
+ * that can never finish. */
+static int raw_send_to_failed(int rank, int size, const char *root, void *arg)
+{
+    size_t n = (size_t)16 << 20;
+    float *buf = calloc(n, sizeof(float));
+    flx_comm_h comm;
+    flx_status_t st;
+    double t0;
+
+    (void)arg;
+    if (buf == NULL || mp_comm_create(rank, size, root, &comm) != FLX_OK)
+        return mp_fail(rank, "create");
+    if (flx_barrier(comm) != FLX_OK)
+        return mp_fail(rank, "barrier");
+    if (rank == 1) {
+        usleep(500000); /* rank 0's send has stalled */
+        flx_comm_abort(comm);
+        usleep(3000000); /* alive: the kernel does not reset the connection */
+        flx_comm_destroy(comm);
+        free(buf);
+        return 0;
+    }
+    t0 = flx_time_now();
+    st = flx_broadcast(comm, buf, n, FLX_FLOAT32, 0);
+    t0 = flx_time_now() - t0;
+    flx_comm_destroy(comm);
+    free(buf);
+    if (st != FLX_ERR_PEER_LOST || t0 > 5.0 || t0 < 0.4)
+        return mp_fail(rank, "the broadcast to the failed rank returned %s after %.2f s",
+                       flx_status_name(st), t0);
+    return 0;
+}
+
+START_TEST(test_send_to_failed)
+{
+    setenv("FLX_TIMEOUT", "20s", 1);
+    setenv("FLX_CALIBRATE", "no", 1);
+    ck_assert_int_eq(mp_run_raw(2, raw_send_to_failed, NULL, 40, NULL), 0);
+    assert_no_children();
+    fault_env_clear();
+}
+END_TEST
+
 /* one case per test, so that CK_RUN_CASE=kill (for example) runs one */
 static TCase *fault_case(Suite *s, const char *name)
 {
@@ -603,6 +653,7 @@ int main(void)
     tcase_add_test(fault_case(s, "abort_single"), test_abort_single_rank);
     tcase_add_loop_test(fault_case(s, "abort"), test_abort, 0, 3);
     tcase_add_test(fault_case(s, "async_error"), test_async_error);
+    tcase_add_test(fault_case(s, "send_to_failed"), test_send_to_failed);
     tcase_add_loop_test(fault_case(s, "watchdog"), test_watchdog, 0, WD_COUNT);
     tcase_add_test(fault_case(s, "reset"), test_reset_mid_transfer);
     tcase_add_loop_test(fault_case(s, "root_dies"), test_root_dies_in_bootstrap, 0, 2);

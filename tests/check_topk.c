@@ -554,6 +554,25 @@ START_TEST(test_ef_invariant_casts)
     cmp_cast_decode(q, 1, FLX_FLOAT16, 1.0f, d);
     REQUIRE(d[0] == 65504.0f);
     REQUIRE(resid[0] == 1e6f - 65504.0f);
+    /* bf16 saturates too: 3.4e38 rounds up past its largest finite value */
+    acc[0] = 3.4e38f;
+    acc[1] = -3.4e38f;
+    cmp_cast_encode(acc, q, 2, FLX_BFLOAT16, resid);
+    cmp_cast_decode(q, 2, FLX_BFLOAT16, 1.0f, d);
+    REQUIRE(q[0] == 0x7f7f && q[1] == 0xff7f);
+    for (int i = 0; i < 2; i++)
+        REQUIRE_MSG(isfinite(resid[i]) && d[i] + resid[i] == acc[i], "bf16 [%d]: %a + %a != %a",
+                    i, d[i], resid[i], acc[i]);
+    REQUIRE(cmp_cast_first_nonfinite(q, 2, FLX_BFLOAT16) == 2);
+    /* a half-precision sum that overflowed is found: fp16 Inf, NaN; bf16 Inf */
+    q[0] = flx_float_to_half(1.0f);
+    q[1] = 0x7c00;
+    REQUIRE(cmp_cast_first_nonfinite(q, 2, FLX_FLOAT16) == 1);
+    q[1] = 0xfe00;
+    REQUIRE(cmp_cast_first_nonfinite(q, 2, FLX_FLOAT16) == 1);
+    q[1] = 0xff80;
+    REQUIRE(cmp_cast_first_nonfinite(q, 2, FLX_BFLOAT16) == 1);
+    REQUIRE(cmp_cast_first_nonfinite(q, 1, FLX_FLOAT16) == 1);
     free(d);
     free(q);
     free(resid);
@@ -597,6 +616,21 @@ START_TEST(test_qsgd)
                       "QSGD biased at [%zu]: mean %g, value %g", i, mean[i] / trials, acc[i]);
     }
     REQUIRE(mean[3] == 0.0);
+    /* a bucket of subnormals: 127 / scale overflows a float; the levels
+     * stay in range and C + e_new = acc still holds */
+    for (size_t i = 0; i < bucket; i++)
+        acc[i] = (i % 3 ? 1e-40f : -3e-41f) * (float)(i % 7);
+    cmp_rng_seed(&rng, 1, 2, 0);
+    cmp_qsgd8_encode(acc, bucket, bucket, &rng, block, resid);
+    memset(out, 0, bucket * sizeof(float));
+    cmp_qsgd8_decode_add(block, bucket, bucket, out);
+    for (size_t i = 0; i < bucket; i++) {
+        int8_t l = ((const int8_t *)block + sizeof(float))[i];
+        REQUIRE_MSG(l >= -127 && l <= 127 && (l == 0 || (l > 0) == (acc[i] > 0)),
+                    "subnormal bucket [%zu]: level %d for %a", i, l, acc[i]);
+        REQUIRE_MSG(out[i] + resid[i] == acc[i], "subnormal bucket [%zu]: %a + %a != %a", i,
+                    out[i], resid[i], acc[i]);
+    }
     free(block);
     free(mean);
     free(resid);

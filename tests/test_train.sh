@@ -78,4 +78,64 @@ mkdir "$tmp/data"
 printf 'not gzip and not IDX' > "$tmp/data/train-images-idx3-ubyte"
 out=$("$top/flx-train" --data "$tmp/data" 2>&1) && fail "corrupt data accepted"
 echo "$out" | grep -q "$tmp/data/train-images-idx3-ubyte" || fail "error does not name the file: $out"
+
+# IDX files by hand: be32 V writes V as 4 big-endian bytes
+be32() {
+    printf "\\$(printf %o $(( ($1 >> 24) & 255 )))\\$(printf %o $(( ($1 >> 16) & 255 )))"
+    printf "\\$(printf %o $(( ($1 >> 8) & 255 )))\\$(printf %o $(( $1 & 255 )))"
+}
+# mkset DIR PREFIX N H W: N blank H x W images and their labels (all 0)
+mkset() {
+    mkdir -p "$1"
+    { be32 2051; be32 "$3"; be32 "$4"; be32 "$5"; head -c $(($3 * $4 * $5)) /dev/zero; } \
+        > "$1/$2-images-idx3-ubyte"
+    { be32 2049; be32 "$3"; head -c "$3" /dev/zero; } > "$1/$2-labels-idx1-ubyte"
+}
+# header dimensions whose product wraps 64 bits: refused before any allocation
+mkset "$tmp/wrap" train 4 28 28
+mkset "$tmp/wrap" t10k 2 28 28
+{ be32 2051; be32 16777216; be32 16777216; be32 16777216; } > "$tmp/wrap/train-images-idx3-ubyte"
+out=$("$top/flx-train" --data "$tmp/wrap" --batch 1 2>&1) && fail "wrapping IDX dimensions accepted"
+echo "$out" | grep -q "$tmp/wrap/train-images-idx3-ubyte: its dimensions make more than" ||
+    fail "no clear error for wrapping IDX dimensions: $out"
+# a gzip stream cut short: the error names the file and how far it got
+# (random pixels, so that the cut falls inside the data)
+mkset "$tmp/cut" train 4 28 28
+mkset "$tmp/cut" t10k 2 28 28
+{ be32 2051; be32 4; be32 28; be32 28; head -c 3136 /dev/urandom; } |
+    gzip -c | head -c 1500 > "$tmp/cut/train-images-idx3-ubyte.gz"
+rm "$tmp/cut/train-images-idx3-ubyte"
+out=$("$top/flx-train" --data "$tmp/cut" --batch 1 2>&1) && fail "a cut gzip stream accepted"
+echo "$out" | grep -q "$tmp/cut/train-images-idx3-ubyte.gz: unexpected end of file after [0-9]* of 3136 data bytes" ||
+    fail "no clear error for a cut gzip stream: $out"
+# test images of another size than the training images
+mkset "$tmp/shape" train 4 28 28
+mkset "$tmp/shape" t10k 2 20 20
+out=$("$top/flx-train" --data "$tmp/shape" --batch 1 2>&1) && fail "20x20 test images accepted"
+echo "$out" | grep -q "test images have 400 pixels but the training images 784" ||
+    fail "no clear error for test images of another size: $out"
+# ranks that loaded different data, or where one could not load it, stop
+# together with one clear error instead of calling different collectives
+mkset "$tmp/r0" train 4 28 28
+mkset "$tmp/r0" t10k 2 28 28
+mkset "$tmp/r1" train 6 28 28
+mkset "$tmp/r1" t10k 2 28 28
+printf '#!/bin/sh\nexec "%s/flx-train" --data "%s/r$FLX_RANK" --batch 1 --epochs 1\n' \
+    "$top" "$tmp" > "$tmp/per-rank.sh"
+chmod +x "$tmp/per-rank.sh"
+out=$("$top/flxrun" -n 2 --timeout 60 "$tmp/per-rank.sh" 2>&1) && fail "ranks with different data ran"
+echo "$out" | grep -q "the ranks loaded different data (training examples: 4 on one rank, 6 on another)" ||
+    fail "no clear error for ranks with different data: $out"
+rm "$tmp/r1/t10k-labels-idx1-ubyte"
+out=$("$top/flxrun" -n 2 --timeout 60 "$tmp/per-rank.sh" 2>&1) && fail "a rank without data ran"
+echo "$out" | grep -q "^\[0\] flx-train: rank 0: another rank could not load the data" ||
+    fail "rank 0 does not say that another rank has no data: $out"
+echo "$out" | grep -q "^\[1\] .*$tmp/r1/t10k-labels-idx1-ubyte" ||
+    fail "rank 1 does not name its missing file: $out"
+# selsync: a gradient that overflows stops every rank with one clear error
+# (NaN would not compare alike on every rank)
+out=$("$top/flxrun" -n 3 --timeout 120 "$top/flx-train" --synthetic --model mlp:64 --batch 32 \
+      --policy selsync --lr 100 --epochs 3 2>&1) && fail "selsync went on with NaN: $out"
+echo "$out" | grep -q "selsync: this rank's gradient holds NaN or Inf: every rank stops" ||
+    fail "no clear error for a NaN gradient under selsync: $out"
 echo "PASS: flx-train, every policy on 1 and 3 ranks"

@@ -11,16 +11,35 @@
 #include <unistd.h>
 #include <zlib.h>
 
-/* open path, else path.gz; returns NULL and fills the name tried */
+#define IDX_MAX_BYTES (1u << 30) /* larger data than this is not Fashion-MNIST's kind */
+
+/* open path, else (only if path does not exist) path.gz; returns NULL and
+ * fills the name tried */
 static gzFile idx_open(const char *dir, const char *name, char *path, size_t len)
 {
     gzFile f;
 
     snprintf(path, len, "%s/%s", dir, name);
-    if (access(path, R_OK) != 0)
+    if (access(path, F_OK) != 0 && errno == ENOENT)
         snprintf(path, len, "%s/%s.gz", dir, name);
     f = gzopen(path, "rb");
     return f;
+}
+
+/* what went wrong in the last gzread (gzerror's own text repeats the path) */
+static const char *idx_gz_error(gzFile f)
+{
+    int err = Z_OK;
+
+    (void)gzerror(f, &err);
+    switch (err) {
+    case Z_OK:
+    case Z_BUF_ERROR: return "unexpected end of file";
+    case Z_DATA_ERROR: return "corrupt gzip data";
+    case Z_MEM_ERROR: return "out of memory";
+    case Z_ERRNO: return strerror(errno);
+    default: return "zlib error";
+    }
 }
 
 static int read_be32(gzFile f, uint32_t *v_p)
@@ -48,32 +67,46 @@ static flx_status_t idx_read(const char *dir, const char *name, int ndim, uint32
                   "pass --data DIR)", path);
         return FLX_ERR_IO;
     }
-    if (read_be32(f, &magic) != 0 || magic != (0x00000800u | (uint32_t)ndim)) {
+    if (read_be32(f, &magic) != 0) {
+        flx_error(TRAIN, -1, "%s: cannot read the IDX header: %s", path, idx_gz_error(f));
+        gzclose(f);
+        return FLX_ERR_IO;
+    }
+    if (magic != (0x00000800u | (uint32_t)ndim)) {
         flx_error(TRAIN, -1, "%s: not an IDX file of %d-dimensional unsigned bytes "
                   "(magic 0x%08x)", path, ndim, magic);
         gzclose(f);
-        return FLX_ERR_PROTOCOL;
+        return FLX_ERR_IO;
     }
     for (int i = 0; i < ndim; i++) {
         if (read_be32(f, &dims[i]) != 0 || dims[i] == 0 || dims[i] > (1u << 24)) {
             flx_error(TRAIN, -1, "%s: bad or missing dimension %d", path, i);
             gzclose(f);
-            return FLX_ERR_PROTOCOL;
+            return FLX_ERR_IO;
+        }
+        if (total > IDX_MAX_BYTES / dims[i]) { /* also keeps the product from wrapping */
+            flx_error(TRAIN, -1, "%s: its dimensions make more than %u bytes of data", path,
+                      IDX_MAX_BYTES);
+            gzclose(f);
+            return FLX_ERR_IO;
         }
         total *= dims[i];
     }
     data = malloc(total);
     if (data == NULL) {
+        flx_error(TRAIN, -1, "%s: no memory for its %zu data bytes", path, total);
         gzclose(f);
         return FLX_ERR_NO_MEMORY;
     }
     got = gzread(f, data, (unsigned)total);
-    gzclose(f);
     if (got < 0 || (size_t)got != total) {
-        flx_error(TRAIN, -1, "%s: truncated (%d of %zu data bytes)", path, got, total);
+        flx_error(TRAIN, -1, "%s: %s after %d of %zu data bytes", path, idx_gz_error(f),
+                  got < 0 ? 0 : got, total);
+        gzclose(f);
         free(data);
-        return FLX_ERR_PROTOCOL;
+        return FLX_ERR_IO;
     }
+    gzclose(f);
     *data_p = data;
     return FLX_OK;
 }
@@ -97,7 +130,7 @@ flx_status_t data_load_idx(const char *dir, const char *prefix, data_set_t *set_
     if (ldims[0] != idims[0]) {
         flx_error(TRAIN, -1, "%s has %u labels but %s has %u images", lpath, ldims[0], ipath,
                   idims[0]);
-        st = FLX_ERR_PROTOCOL;
+        st = FLX_ERR_IO;
         goto err_free_lab;
     }
     set.n = idims[0];
@@ -106,12 +139,13 @@ flx_status_t data_load_idx(const char *dir, const char *prefix, data_set_t *set_
     for (size_t i = 0; i < set.n; i++) {
         if (lab[i] >= set.classes) {
             flx_error(TRAIN, -1, "%s: label %u of example %zu is not in 0..9", lpath, lab[i], i);
-            st = FLX_ERR_PROTOCOL;
+            st = FLX_ERR_IO;
             goto err_free_lab;
         }
     }
     set.x = malloc(set.n * set.dim * sizeof(float));
     if (set.x == NULL) {
+        flx_error(TRAIN, -1, "%s: no memory for %zu images as floats", ipath, set.n);
         st = FLX_ERR_NO_MEMORY;
         goto err_free_lab;
     }

@@ -19,8 +19,8 @@ typedef struct {
 } data_set_t;
 
 /* Load "<dir>/<prefix>-images-idx3-ubyte[.gz]" and the labels file.  A
- * missing, truncated or inconsistent file is FLX_ERR_IO / FLX_ERR_PROTOCOL
- * with one log line naming the file and the problem. */
+ * missing, truncated or inconsistent file is FLX_ERR_IO (no memory:
+ * FLX_ERR_NO_MEMORY) with one log line naming the file and the problem. */
 flx_status_t data_load_idx(const char *dir, const char *prefix, data_set_t *set_p);
 /* A learnable synthetic task: n points of dim features in classes Gaussian
  * clusters, deterministic in seed. */

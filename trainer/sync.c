@@ -282,19 +282,27 @@ static flx_status_t sync_dense(sync_t *s, sync_report_t *r)
 static flx_status_t sync_selsync(sync_t *s, sync_report_t *r)
 {
     const float *g = nn_grads(s->nn);
-    double sq = 0, norm, prev = s->norm_ema, change, t0 = flx_time_now();
+    double sq = 0, norm, prev = s->norm_ema, change, v[2], t0 = flx_time_now();
     flx_status_t st = FLX_OK;
 
     for (size_t i = 0; i < s->n; i++)
         sq += (double)g[i] * g[i];
     norm = sqrt(sq);
-    s->norm_ema = prev < 0 ? norm : (1 - SELSYNC_SMOOTH) * prev + SELSYNC_SMOOTH * norm;
-    change = prev > 0 ? fabs(s->norm_ema - prev) / prev : INFINITY;
+    v[1] = !isfinite(norm); /* NaN would not compare alike on every rank */
+    if (!v[1])
+        s->norm_ema = prev < 0 ? norm : (1 - SELSYNC_SMOOTH) * prev + SELSYNC_SMOOTH * norm;
+    v[0] = v[1] ? 0 : prev > 0 ? fabs(s->norm_ema - prev) / prev : INFINITY;
     r->decide_s = flx_time_now() - t0;
     t0 = flx_time_now();
     if (s->N > 1) /* the largest change decides for everyone */
-        st = flx_allreduce(s->comm, &change, &change, 1, FLX_FLOAT64, FLX_MAX, FLX_ALGO_AUTO);
+        st = flx_allreduce(s->comm, v, v, 2, FLX_FLOAT64, FLX_MAX, FLX_ALGO_AUTO);
     r->agree_s = flx_time_now() - t0;
+    change = v[0];
+    if (st == FLX_OK && v[1]) {
+        flx_error(TRAIN, s->rank, "selsync: %s gradient holds NaN or Inf: every rank stops",
+                  isfinite(norm) ? "another rank's" : "this rank's");
+        st = FLX_ERR_INVALID_ARG;
+    }
     s->sync_now = st == FLX_OK && s->N > 1 &&
                   (change >= s->o.delta || s->since_sync + 1 >= s->o.interval);
     r->synced = s->sync_now;

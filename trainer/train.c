@@ -124,6 +124,22 @@ static int parse_double(const char *s, double lo, double hi, double *out)
     return end != s && !*end && !errno && *out >= lo && *out <= hi ? 0 : -1;
 }
 
+/* a whole number in [1, max]: no sign, no wrap-around, no trailing text */
+static int parse_count(const char *s, long max, long *out)
+{
+    char *end;
+    long v;
+
+    if (*s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || *end || v < 1 || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
 static int parse_opts(int argc, char **argv, train_opts_t *o)
 {
     static const struct option longopts[] = {
@@ -147,6 +163,7 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
     int c, p, opt_index = 0;
     size_t list[8];
     char *end;
+    long l;
 
     *o = (train_opts_t){.data_dir = FLX_FMNIST_DIR, .epochs = 2, .batch = 64, .lr = 0.05,
                         .momentum = 0.9, .weight_decay = 5e-4, .model = "mlp:256,256",
@@ -160,8 +177,8 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         switch (c) {
         case 'd': o->data_dir = optarg; break;
         case 'S': o->synthetic = 1; break;
-        case 'e': o->epochs = (int)strtol(optarg, &end, 10); if (*end || o->epochs < 1) goto bad; break;
-        case 'b': o->batch = strtoul(optarg, &end, 10); if (*end || o->batch < 1 || o->batch > 65536) goto bad; break;
+        case 'e': if (parse_count(optarg, 1000000, &l)) goto bad; o->epochs = (int)l; break;
+        case 'b': if (parse_count(optarg, 65536, &l)) goto bad; o->batch = (size_t)l; break;
         case 'l': if (parse_double(optarg, 1e-9, 100, &o->lr)) goto bad; break;
         case 'm': if (parse_double(optarg, 0, 0.999999, &o->momentum)) goto bad; break;
         case 'w': if (parse_double(optarg, 0, 1, &o->weight_decay)) goto bad; break;
@@ -170,11 +187,15 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
             snprintf(o->model, sizeof(o->model), "mlp:%s", optarg);
             break;
         case 'M': if (strlen(optarg) >= sizeof(o->model)) goto bad; strcpy(o->model, optarg); break;
-        case 's': o->seed = strtoull(optarg, &end, 10); if (*end || !*optarg) goto bad; break;
+        case 's':
+            errno = 0;
+            o->seed = strtoull(optarg, &end, 10);
+            if (*end || *optarg < '0' || *optarg > '9' || errno) goto bad;
+            break;
         case 'L': o->log_path = optarg; break;
-        case 'x': o->max_steps = strtol(optarg, &end, 10); if (*end || o->max_steps < 1) goto bad; break;
-        case 't': o->train_limit = strtoul(optarg, &end, 10); if (*end || o->train_limit < 1) goto bad; break;
-        case 'v': o->eval_every = strtol(optarg, &end, 10); if (*end || o->eval_every < 1) goto bad; break;
+        case 'x': if (parse_count(optarg, 1L << 40, &o->max_steps)) goto bad; break;
+        case 't': if (parse_count(optarg, 1L << 40, &l)) goto bad; o->train_limit = (size_t)l; break;
+        case 'v': if (parse_count(optarg, 1L << 40, &o->eval_every)) goto bad; break;
         case 'T': if (parse_double(optarg, 0.001, 1e7, &o->time_limit)) goto bad; break;
         case 'a':
             if (!strcmp(optarg, "auto")) o->sync.algo = FLX_ALGO_AUTO;
@@ -198,10 +219,10 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
             else if (!strcmp(optarg, "vote")) o->sync.leader = FLX_LEADER_VOTE;
             else goto bad;
             break;
-        case 'r': o->sync.psgd_rank = (int)strtol(optarg, &end, 10); if (*end || o->sync.psgd_rank < 1) goto bad; break;
+        case 'r': if (parse_count(optarg, 1 << 20, &l)) goto bad; o->sync.psgd_rank = (int)l; break;
         case 'W': if (parse_double(optarg, 0, 1, &o->sync.weight)) goto bad; break;
         case 'n': if (parse_double(optarg, 1e-6, 100, &o->sync.eta)) goto bad; break;
-        case 'i': o->sync.interval = (int)strtol(optarg, &end, 10); if (*end || o->sync.interval < 1) goto bad; break;
+        case 'i': if (parse_count(optarg, 1 << 30, &l)) goto bad; o->sync.interval = (int)l; break;
         case 'D': if (parse_double(optarg, 0, 100, &o->sync.delta)) goto bad; break;
         case 'g': if (parse_double(optarg, 0.000001, 1, &o->sync.min_gain)) goto bad; break;
         case 'C': o->sync.ctl_log = optarg; break;
@@ -335,6 +356,53 @@ typedef struct {
     double t_start;      /* wall clock at the start of training       */
     double bytes_total;
 } run_t;
+
+/* Every rank loaded its own copy of the data: they must agree on whether
+ * it loaded and on its shape, or they would take different numbers of
+ * steps and call different collectives.  0: go on; -1: every rank stops
+ * (the ranks that failed said why). */
+static int agree_data(run_t *r, flx_status_t load_st)
+{
+    const data_set_t *tr = &r->train, *te = &r->test;
+    int ok = load_st == FLX_OK;
+    int64_t v[9] = {!ok, ok ? (int64_t)tr->n : 0, ok ? (int64_t)tr->dim : 0,
+                    ok ? (int64_t)te->n : 0, ok ? (int64_t)te->dim : 0};
+    flx_status_t st;
+
+    for (int i = 1; i < 5; i++)
+        v[4 + i] = -v[i]; /* the maximum of -x is minus the minimum */
+    st = flx_allreduce(r->comm, v, v, 9, FLX_INT64, FLX_MAX, FLX_ALGO_AUTO);
+    if (st != FLX_OK) {
+        fprintf(stderr, "flx-train: rank %d: cannot agree on the data: %s\n", r->rank,
+                flx_status_string(st));
+        return -1;
+    }
+    if (v[0]) {
+        if (ok)
+            fprintf(stderr, "flx-train: rank %d: another rank could not load the data\n",
+                    r->rank);
+        return -1;
+    }
+    for (int i = 1; i < 5; i++) {
+        if (v[i] != -v[4 + i]) {
+            if (r->rank == 0)
+                fprintf(stderr, "flx-train: the ranks loaded different data (%s: %lld on "
+                        "one rank, %lld on another); every rank needs the same files\n",
+                        i == 1 ? "training examples" : i == 2 ? "training image size"
+                        : i == 3 ? "test examples" : "test image size",
+                        (long long)-v[4 + i], (long long)v[i]);
+            return -1;
+        }
+    }
+    if (te->dim != tr->dim) {
+        if (r->rank == 0)
+            fprintf(stderr, "flx-train: the test images have %zu pixels but the training "
+                    "images %zu (%s)\n", te->dim, tr->dim,
+                    r->o.synthetic ? "synthetic" : r->o.data_dir);
+        return -1;
+    }
+    return 0;
+}
 
 static int run_evaluate(run_t *r, double *acc_p)
 {
@@ -530,10 +598,10 @@ int main(int argc, char **argv)
         if (st == FLX_OK && r.o.train_limit && r.o.train_limit < r.train.n)
             r.train.n = r.o.train_limit;
     }
-    if (st != FLX_OK) {
+    if (st != FLX_OK)
         fprintf(stderr, "flx-train: rank %d: no data: %s\n", r.rank, flx_status_string(st));
+    if (agree_data(&r, st) != 0)
         goto out;
-    }
     if (r.train.n < r.o.batch * (size_t)r.size) {
         fprintf(stderr, "flx-train: %zu training examples are fewer than one step's %zu\n",
                 r.train.n, r.o.batch * (size_t)r.size);

@@ -74,8 +74,8 @@ flx_status_t auth_connect(int fd, const auth_key_t *key, uint16_t purpose, int r
     st = sock_send_all(fd, wire, sizeof(wire), deadline);
     if (st == FLX_OK)
         st = sock_recv_all(fd, chal, sizeof(chal), deadline);
-    if (st != FLX_OK)
-        return st == FLX_ERR_PEER_LOST ? FLX_ERR_AUTH : st;
+    if (st != FLX_OK) /* closed before its challenge: it judged nothing yet */
+        return st;
     auth_mac(key, 'A', wire, chal, mac);
     if (sodium_memcmp(mac, chal + AUTH_NONCE_BYTES, sizeof(mac)) != 0)
         return FLX_ERR_AUTH;

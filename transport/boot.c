@@ -135,7 +135,7 @@ static flx_status_t boot_next_peer(boot_t *boot, int lfd, boot_waiting_t *w, dou
         for (int i = 0; i < w->n; i++)
             pfds[nfds++] = (struct pollfd){.fd = w->c[i].fd, .events = POLLIN};
         pfds[nfds++] = (struct pollfd){.fd = lfd, .events = POLLIN};
-        rc = poll(pfds, (nfds_t)nfds, (int)((wake - now) * 1000.0) + 1);
+        rc = poll(pfds, (nfds_t)nfds, (int)(FLX_MIN(wake - now, 1.0) * 1000.0) + 1);
         if (rc < 0 && errno != EINTR) {
             flx_error(INIT, boot->rank, "poll failed: %m");
             return FLX_ERR_SYSTEM;
@@ -264,7 +264,9 @@ static flx_status_t boot_member(boot_t *boot, const struct sockaddr_in *root, in
         flx_error(INIT, boot->rank, "bootstrap: the root %s %s",
                   sock_addr_str(root, rs, sizeof(rs)),
                   st == FLX_ERR_AUTH ? "failed authentication (different FLX_JOB_SECRET?)"
-                                     : flx_status_string(st));
+                  : st == FLX_ERR_PEER_LOST ? "closed the connection before its challenge (it "
+                                              "refused this rank's HELLO, or dropped it)"
+                                            : flx_status_string(st));
         return st;
     }
     /* the data listener: on FLX_SOCKET_IFNAME, else where the root is reached */

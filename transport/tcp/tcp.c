@@ -73,12 +73,14 @@ static void tcp_fail(tl_ctx_t *ctx, flx_status_t st, const char *why)
     h.seq = ctx->cur_seq; /* collectives before this one completed here */
     for (int p = 0; p < ctx->size; p++) {
         tcp_conn_t *c = &ctx->conns[p];
+        /* a message partly written: the notice would land inside it */
+        int mid_message = c->sq_head && c->sq_head->done_bytes > 0;
         if (c->fd < 0)
             continue;
         conn_fail_all(c, st);
         /* best effort: tell the peer why, then cut the connection so that
          * every rank notices at once instead of at its timeout */
-        if (c->sq_head == NULL && !c->eof)
+        if (!mid_message && !c->eof)
             (void)send(c->fd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
         shutdown(c->fd, SHUT_RDWR);
     }
@@ -124,6 +126,14 @@ static void fail_from_seq(tl_ctx_t *ctx, flx_status_t st, uint32_t seq)
     }
 }
 
+/* The peer of c stopped reading when it failed: nothing queued for it goes. */
+static void conn_fail_sends(tcp_conn_t *c, flx_status_t st)
+{
+    for (tl_req_t *r = c->sq_head; r; r = r->next)
+        req_finish(r, st);
+    c->sq_head = c->sq_tail = NULL;
+}
+
 /* The peer of c is gone after reporting a failure: nothing more comes. */
 static void conn_fail_posted(tcp_conn_t *c, flx_status_t st)
 {
@@ -133,14 +143,16 @@ static void conn_fail_posted(tcp_conn_t *c, flx_status_t st)
     c->rreq = NULL;
 }
 
-/* A request that can never run: the status it gets, or FLX_OK. */
+/* A request that can never run: the status it gets, or FLX_OK.  A
+ * receive passes conn NULL: a message its peer sent before failing may
+ * have arrived, and tcp_irecv looks for it first. */
 static flx_status_t req_doomed(tl_ctx_t *ctx, tcp_conn_t *c, const tl_tag_t *tag)
 {
     if (ctx->err != FLX_OK)
         return ctx->err;
     if (ctx->remote_failed && seq_ge(tag->seq, ctx->remote_seq))
         return ctx->remote_err;
-    if (c->errored)
+    if (c && c->errored)
         return ctx->remote_failed ? ctx->remote_err : FLX_ERR_PEER_LOST;
     return FLX_OK;
 }
@@ -181,9 +193,7 @@ static int conn_send_progress(tl_ctx_t *ctx, tcp_conn_t *c)
             if (errno == EAGAIN || errno == EINTR)
                 return 0;
             if (c->errored) { /* it said why it left: fail only what goes there */
-                for (tl_req_t *q = c->sq_head; q; q = q->next)
-                    req_finish(q, ctx->remote_err);
-                c->sq_head = c->sq_tail = NULL;
+                conn_fail_sends(c, ctx->remote_err);
                 return 0;
             }
             flx_error(NET, ctx->rank, "send to rank %d failed: %m", c->peer);
@@ -290,7 +300,7 @@ static flx_status_t tcp_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void
     req->len = len;
     if (seq_ge(tag->seq, ctx->cur_seq))
         ctx->cur_seq = tag->seq;
-    if ((req->status = req_doomed(ctx, c, tag)) != FLX_OK) {
+    if ((req->status = req_doomed(ctx, NULL, tag)) != FLX_OK) {
         req_finish(req, req->status);
         return req->status;
     }
@@ -303,6 +313,8 @@ static flx_status_t tcp_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void
         if (!length_ok(ctx, c, &u->hdr, len))
             return FLX_ERR_PROTOCOL;
         if (u->got < len) {   /* still arriving: finish when complete */
+            if (c->errored || c->eof)
+                break;        /* the rest never comes */
             u->claimed = req;
             return FLX_OK;
         }
@@ -362,8 +374,11 @@ static int conn_dispatch_header(tl_ctx_t *ctx, tcp_conn_t *c)
                   flx_status_string((flx_status_t)h->status));
         c->errored = 1;
         fail_from_seq(ctx, st, h->seq);
-        /* what it sent before the failure has arrived: nothing more will */
+        /* what it sent before the failure has arrived: nothing more will;
+         * and it reads nothing more, so a send to it (even one partly
+         * written) would wait out the timeout once its connection closes */
         conn_fail_posted(c, st);
+        conn_fail_sends(c, st);
         return 0;
     }
     for (tl_req_t *r = c->posted_head; r; prev = r, r = r->next) {
@@ -668,7 +683,10 @@ static flx_status_t tcp_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t *
     ctx->pfds = calloc((size_t)boot->size, sizeof(*ctx->pfds));
     ctx->pfd_peer = calloc((size_t)boot->size, sizeof(*ctx->pfd_peer));
     ctx->ra_pool = malloc((size_t)boot->size * TCP_READAHEAD);
+    for (int p = 0; ctx->conns && p < boot->size; p++)
+        ctx->conns[p].fd = -1; /* not yet adopted: tcp_destroy leaves it alone */
     if (ctx->conns == NULL || ctx->pfds == NULL || ctx->pfd_peer == NULL || ctx->ra_pool == NULL) {
+        flx_error(NET, ctx->rank, "tcp: no memory for the state of %d connections", boot->size);
         tcp_destroy(ctx);
         return FLX_ERR_NO_MEMORY;
     }
