@@ -482,7 +482,7 @@ static flx_gsync_coll_t gsync_pick_topk(flx_gsync_h h)
 
     if (h->o.collective != FLX_GSYNC_COLL_AUTO)
         return h->o.collective;
-    comm_wait_idle(h->comm);
+    /* gsync_step_sparse waited for this rank's requests (comm_wait_idle) */
     if (flx_comm_link_model(h->comm, &lm) != FLX_OK)
         return FLX_GSYNC_COLL_ARTOPK;
     switch (h->index_mode) {
@@ -514,9 +514,17 @@ static flx_status_t gsync_step_sparse(flx_gsync_h h, float *grad, flx_gsync_repo
     const float *val = h->val;
     size_t kk = h->k;
     int bad, any_bad = 0;
-    double t0 = flx_time_now(), t1, c2;
-    const float *acc = gsync_accumulate(h, grad, &sums, &bad);
+    double t0, t1, c2;
+    const float *acc;
     flx_status_t st;
+
+    if (gsync_uses_topk(h) && h->o.collective == FLX_GSYNC_COLL_AUTO) {
+        t0 = flx_time_now(); /* communication time: see gsync_pick_topk */
+        comm_wait_idle(h->comm);
+        rep->comm_s += flx_time_now() - t0;
+    }
+    t0 = flx_time_now();
+    acc = gsync_accumulate(h, grad, &sums, &bad);
 
     if (gsync_uses_topk(h)) {
         /* the residual grows the scale of g + e from step to step: tell the

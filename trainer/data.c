@@ -63,7 +63,7 @@ static flx_status_t idx_read(const char *dir, const char *name, int ndim, uint32
     int got;
 
     if (f == NULL) {
-        flx_error(TRAIN, -1, "cannot open %s(.gz): %m (install dataset-fashion-mnist or "
+        flx_error(TRAIN, -1, "cannot open %s: %m (install dataset-fashion-mnist or "
                   "pass --data DIR)", path);
         return FLX_ERR_IO;
     }

@@ -265,7 +265,7 @@ static flx_status_t boot_member(boot_t *boot, const struct sockaddr_in *root, in
                   sock_addr_str(root, rs, sizeof(rs)),
                   st == FLX_ERR_AUTH ? "failed authentication (different FLX_JOB_SECRET?)"
                   : st == FLX_ERR_PEER_LOST ? "closed the connection before its challenge (it "
-                                              "refused this rank's HELLO, or dropped it)"
+                                              "refused this rank's HELLO, dropped it, or exited)"
                                             : flx_status_string(st));
         return st;
     }

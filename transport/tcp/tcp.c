@@ -73,8 +73,9 @@ static void tcp_fail(tl_ctx_t *ctx, flx_status_t st, const char *why)
     h.seq = ctx->cur_seq; /* collectives before this one completed here */
     for (int p = 0; p < ctx->size; p++) {
         tcp_conn_t *c = &ctx->conns[p];
-        /* a message partly written: the notice would land inside it */
-        int mid_message = c->sq_head && c->sq_head->done_bytes > 0;
+        /* a message partly written: the notice would land inside it (and
+         * a peer that failed itself reads nothing more: no notice either) */
+        int mid_message = (c->sq_head && c->sq_head->done_bytes > 0) || c->errored;
         if (c->fd < 0)
             continue;
         conn_fail_all(c, st);
