@@ -69,7 +69,8 @@ static const cfg_field_t cfg_table[] = {
      "collectives after this many bandwidth-bound ones (0: keep the start values and never "
      "explore the runner-up)", CFG_INT,
      OFF(model_refresh), 0, 0, 1 << 20, NULL},
-    {"SPIN", "50us", "tcp: busy-poll this long (yielding the core) before sleeping in poll(); 0 sleeps at once",
+    {"SPIN", "2ms", "tcp: busy-poll this long (yielding the core) before sleeping in poll(); 50 us "
+     "when this machine's ranks outnumber its cores; 0 sleeps at once",
      CFG_TIME, OFF(spin_s), 0, 0, 0, NULL},
     {"IB_HCA", "", "RDMA device and port for the ib backend, name[:port] (default: hwloc-nearest active port)",
      CFG_STRING, OFF(ib_hca), SZ(ib_hca), 0, 0, NULL},

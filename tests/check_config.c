@@ -235,7 +235,7 @@ START_TEST(test_load_defaults)
     ck_assert_str_eq(cfg.socket_ifname, "");
     ck_assert_int_eq(cfg.calibrate, 1);
     ck_assert(cfg.alpha_s == 0 && cfg.beta == 0);
-    ck_assert(fabs(cfg.spin_s - 50e-6) < 1e-12);
+    ck_assert(fabs(cfg.spin_s - 2e-3) < 1e-12);
     ck_assert_int_eq(cfg.log_level, FLX_LOG_WARN);
     ck_assert_uint_eq(cfg.log_subsys, ~0u);
 }

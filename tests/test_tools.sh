@@ -8,6 +8,14 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 out=$("$top/flxrun" -n 3 "$top/flx-example" 2>&1) || fail "flx-example: $out"
 [ "$(echo "$out" | grep -c 'sum = 6 (expected 6)')" -eq 3 ] || fail "flx-example output: $out"
+# the tcp spin: 2 ms, but 50 us when the job's ranks here outnumber the cores
+cpu=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*\([0-9]*\).*/\1/p' /proc/self/status)
+out=$(FLX_LOG_LEVEL=info taskset -c "$cpu" "$top/flxrun" -n 2 "$top/flx-example" 2>&1) ||
+    fail "flx-example on one core: $out"
+[ "$(echo "$out" | grep -c 'tcp: 2 ranks share 1 cores here: busy-poll 50 us, not 2 ms')" -eq 2 ] ||
+    fail "2 ranks on 1 core kept the long spin: $out"
+out=$(FLX_LOG_LEVEL=info "$top/flxrun" -n 1 "$top/flx-example" 2>&1) || fail "flx-example, 1 rank: $out"
+echo "$out" | grep -q "busy-poll 50 us" && fail "1 rank took the short spin: $out"
 
 "$top/flx-info" | grep -q "build features: tcp" || fail "flx-info has no feature line"
 for knob in FLX_TIMEOUT FLX_ALGO FLX_JOB_SECRET FLX_ROOT FLX_CHUNK_SIZE FLX_LOG_LEVEL; do

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <sodium.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -328,6 +329,34 @@ static flx_status_t boot_mesh(boot_t *boot, int lfd, double deadline)
                              deadline);
 }
 
+#define BOOT_ID_BYTES 40 /* /proc/sys/kernel/random/boot_id: 36 characters */
+
+/* The ranks of this job on this machine: those with its kernel's boot id
+ * (network namespaces share it, and share the cores).  An unreadable id
+ * counts every rank as local: backends then take the cautious choice. */
+static flx_status_t boot_local_ranks(boot_t *boot)
+{
+    char id[BOOT_ID_BYTES] = {0}, *all = calloc((size_t)boot->size, BOOT_ID_BYTES);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    flx_status_t st;
+
+    if (f) {
+        if (fgets(id, sizeof(id), f) == NULL)
+            id[0] = '\0';
+        fclose(f);
+    }
+    if (all == NULL) {
+        flx_error(INIT, boot->rank, "bootstrap: no memory for %d boot ids", boot->size);
+        return FLX_ERR_NO_MEMORY;
+    }
+    st = boot_allgather(boot, id, all, BOOT_ID_BYTES);
+    boot->local_size = id[0] ? 0 : boot->size;
+    for (int j = 0; id[0] && j < boot->size && st == FLX_OK; j++)
+        boot->local_size += memcmp(all + (size_t)j * BOOT_ID_BYTES, id, BOOT_ID_BYTES) == 0;
+    free(all);
+    return st;
+}
+
 flx_status_t boot_create(int rank, int size, const char *root, const char *secret,
                          const flx_config_t *cfg, boot_t **boot_p)
 {
@@ -356,6 +385,7 @@ flx_status_t boot_create(int rank, int size, const char *root, const char *secre
     for (int r = 0; r < size; r++)
         boot->fds[r] = -1;
     auth_key_derive(secret, &boot->key);
+    boot->local_size = 1;
     if (size == 1) {
         *boot_p = boot;
         return FLX_OK;
@@ -369,6 +399,8 @@ flx_status_t boot_create(int rank, int size, const char *root, const char *secre
         st = boot_mesh(boot, lfd, deadline);
     if (lfd >= 0)
         close(lfd);
+    if (st == FLX_OK)
+        st = boot_local_ranks(boot);
     if (st != FLX_OK)
         goto err_destroy_boot;
     flx_info(INIT, rank, "bootstrap complete: %d ranks connected through %s", size, root);

@@ -22,6 +22,9 @@ typedef struct boot {
     int size;
     int *fds;                     /* fds[peer]: authenticated socket, -1 for self */
     struct sockaddr_in *addrs;    /* every rank's data address                 */
+    int local_size;               /* ranks on this machine (its kernel's boot
+                                     id; network namespaces included); 0:
+                                     unknown                                   */
     auth_key_t key;
     flx_config_t cfg;
 } boot_t;
