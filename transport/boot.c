@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -355,6 +356,19 @@ static flx_status_t boot_local_ranks(boot_t *boot)
         boot->local_size += memcmp(all + (size_t)j * BOOT_ID_BYTES, id, BOOT_ID_BYTES) == 0;
     free(all);
     return st;
+}
+
+double boot_spin(const boot_t *boot, double spin_s, const char *backend)
+{
+    cpu_set_t set;
+    long cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
+                                                              : sysconf(_SC_NPROCESSORS_ONLN);
+
+    if (cores <= 0 || boot->local_size <= cores || spin_s <= 50e-6)
+        return spin_s;
+    flx_info(NET, boot->rank, "%s: %d ranks share %ld cores here: busy-poll 50 us, not %g ms",
+             backend, boot->local_size, cores, spin_s * 1e3);
+    return 50e-6;
 }
 
 flx_status_t boot_create(int rank, int size, const char *root, const char *secret,

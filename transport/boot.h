@@ -38,6 +38,11 @@ void boot_destroy(boot_t *boot);
  * r * len.  Runs over the authenticated mesh sockets still owned by the
  * bootstrap; used by backends to exchange connection data. */
 flx_status_t boot_allgather(boot_t *boot, const void *mine, void *all, size_t len);
+/* A backend's busy-poll length: spin_s, or 50 us (logged at info, with
+ * the backend's name) when this machine's ranks outnumber the cores this
+ * process may use -- a long busy-poll would take the core from the rank
+ * it waits for. */
+double boot_spin(const boot_t *boot, double spin_s, const char *backend);
 /* Hand the socket to peer over to the caller (who closes it). */
 int boot_take_fd(boot_t *boot, int peer);
 

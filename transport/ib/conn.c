@@ -291,18 +291,7 @@ flx_status_t ib_conn_setup(tl_ctx_t *ctx, boot_t *boot)
             st = FLX_ERR_MISMATCH;
         }
     }
-    /* more ranks on this host than cores: long busy-polls starve the peers */
-    {
-        int local = 0;
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        for (int j = 0; j < ctx->size; j++)
-            local += infos[j].ip == mine.ip;
-        if (cores > 0 && local > cores && ctx->cfg.ib_spin_s > 50e-6) {
-            flx_info(NET, ctx->rank, "ib: %d ranks share %ld cores here: busy-poll 50 us, not "
-                     "%g ms", local, cores, ctx->cfg.ib_spin_s * 1e3);
-            ctx->cfg.ib_spin_s = 50e-6;
-        }
-    }
+    ctx->cfg.ib_spin_s = boot_spin(boot, ctx->cfg.ib_spin_s, "ib");
     for (int j = 0; j < ctx->rank && st == FLX_OK; j++)
         for (int q = 0; q < ctx->nqps && st == FLX_OK; q++)
             st = conn_connect(ctx, &ctx->conns[j], q, &infos[j], &mine, deadline);

@@ -671,16 +671,6 @@ static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
 
 static void tcp_destroy(tl_ctx_t *ctx);
 
-/* the cores this process may run on */
-static long tcp_cores(void)
-{
-    cpu_set_t set;
-
-    if (sched_getaffinity(0, sizeof(set), &set) == 0)
-        return CPU_COUNT(&set);
-    return sysconf(_SC_NPROCESSORS_ONLN);
-}
-
 static flx_status_t tcp_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t **ctx_p)
 {
     tl_ctx_t *ctx = calloc(1, sizeof(*ctx));
@@ -701,16 +691,7 @@ static flx_status_t tcp_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t *
         tcp_destroy(ctx);
         return FLX_ERR_NO_MEMORY;
     }
-    /* more ranks on this machine than cores: a long busy-poll takes the
-     * core from the rank that would send what it waits for */
-    {
-        long cores = tcp_cores();
-        if (cores > 0 && boot->local_size > cores && ctx->cfg.spin_s > 50e-6) {
-            flx_info(NET, ctx->rank, "tcp: %d ranks share %ld cores here: busy-poll 50 us, not "
-                     "%g ms", boot->local_size, cores, ctx->cfg.spin_s * 1e3);
-            ctx->cfg.spin_s = 50e-6;
-        }
-    }
+    ctx->cfg.spin_s = boot_spin(boot, ctx->cfg.spin_s, "tcp");
     for (int p = 0; p < boot->size; p++) {
         tcp_conn_t *c = &ctx->conns[p];
         c->peer = p;
