@@ -172,6 +172,23 @@ static int model_pick_index(const double *t, int k, unsigned long call)
     return best;
 }
 
+/* With 2 ranks recursive doubling and the ring move the same bytes over
+ * the same one link (rd in one exchange of everything, the ring in two of
+ * half), so rd is predicted with the ring's 1/beta and its own alpha: it
+ * wins by the alpha it saves while that is more than the reduction it
+ * cannot hide (one chunk), i.e. at small sizes only.  Its own 1/beta,
+ * fitted at 1 MiB, did not predict it beyond: rd measured 1.5-2.5x the
+ * ring's time at 2-4 MiB while the fits had them level, so the live
+ * refresh flipped the choice between the two there on noise. */
+model_ab_t model_allreduce_ab(flx_algo_t algo, int n, const model_ab_t ar[MODEL_NAR])
+{
+    model_ab_t ab = ar[algo - FLX_ALGO_RING];
+
+    if (n == 2 && algo == FLX_ALGO_RD)
+        ab.inv_bw = ar[0].inv_bw;
+    return ab;
+}
+
 /* With 2 ranks the tree is a reduce to one rank and a broadcast back: two
  * steps where recursive doubling takes one, and no more bandwidth than the
  * ring, so it is never picked there, whatever a noisy fit says (its 8 B fit
@@ -185,7 +202,8 @@ flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar
         flx_algo_t algo = (flx_algo_t)(FLX_ALGO_RING + i);
         t[i] = n == 2 && algo == FLX_ALGO_TREE
                    ? 1e300
-                   : model_allreduce_time_ab(algo, n, bytes, ar[i], chunk);
+                   : model_allreduce_time_ab(algo, n, bytes, model_allreduce_ab(algo, n, ar),
+                                             chunk);
     }
     return (flx_algo_t)(FLX_ALGO_RING + model_pick_index(t, MODEL_NAR, call));
 }
@@ -753,7 +771,8 @@ double flx_allreduce_predict(flx_comm_h comm, size_t count, flx_dtype_t dtype, f
     pthread_mutex_lock(&comm->lock); /* the live refresh writes the model under exec */
     if (algo == FLX_ALGO_AUTO)
         algo = comm_pick_allreduce(comm, count, dtype, FLX_ALGO_AUTO, 0);
-    t = model_allreduce_time_ab(algo, comm->size, bytes, comm->ar[algo - FLX_ALGO_RING],
+    t = model_allreduce_time_ab(algo, comm->size, bytes,
+                                model_allreduce_ab(algo, comm->size, comm->ar),
                                 (double)comm->cfg.chunk_size);
     pthread_mutex_unlock(&comm->lock);
     return t;

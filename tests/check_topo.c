@@ -561,6 +561,20 @@ START_TEST(test_model_fit_per_algorithm)
     ck_assert_int_eq(model_pick_allreduce_ab(2, 8, ar, CHUNK), FLX_ALGO_RD);
     for (double s = 1; s <= 1e9; s *= 5.3)
         ck_assert_int_ne(model_pick_allreduce_ab(2, s, ar, CHUNK), FLX_ALGO_TREE);
+    /* with 2 ranks rd is predicted with the ring's 1/beta: a fit that made
+     * its own four times cheaper does not take it beyond the sizes where
+     * the alpha it saves exceeds its one chunk's unhidden reduction */
+    for (int i = 0; i < MODEL_NAR; i++)
+        ar[i] = (model_ab_t){ALPHA, 1.0 / BETA};
+    ar[FLX_ALGO_RD - FLX_ALGO_RING].inv_bw = 0.25 / BETA;
+    ck_assert(model_allreduce_ab(FLX_ALGO_RD, 2, ar).inv_bw == 1.0 / BETA);
+    ck_assert(model_allreduce_ab(FLX_ALGO_RD, 3, ar).inv_bw == 0.25 / BETA);
+    ck_assert(model_allreduce_ab(FLX_ALGO_RING, 2, ar).inv_bw == 1.0 / BETA);
+    ck_assert_int_eq(model_pick_allreduce_ab(2, 8, ar, CHUNK), FLX_ALGO_RD);
+    for (double s = ALPHA * 1e10 * 2; s <= 1e9; s *= 1.7) /* c / 1e10 B/s > alpha */
+        ck_assert_int_eq(model_pick_allreduce_ab(2, s, ar, CHUNK), FLX_ALGO_RING);
+    /* on 3 ranks its own constants stand */
+    ck_assert_int_eq(model_pick_allreduce_ab(3, 1e6, ar, CHUNK), FLX_ALGO_RD);
 }
 END_TEST
 
