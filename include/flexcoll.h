@@ -462,8 +462,10 @@ typedef struct flx_ctl *flx_ctl_h;
  *       allgather} x {kept fractions} by predicted time (alpha-beta model,
  *       bandwidth refreshed from live timings, measured selection cost)
  *       and the energy kept, delta = gain^2, take the best
- *       weight ln(T_min/T) + (1-weight) ln(delta) (0.5: delta per second);
- *       in the critical regime no kept fraction below low_kept.
+ *       weight ln(T_min/T) + (1-weight) ln(delta) (0.5: delta per second)
+ *       among dense and the compressed candidates whose gain is at least
+ *       min_gain (0.45); in the critical regime no kept fraction below
+ *       low_kept.
  * ACCORDION: AR-Topk at critical_kept in the critical regime, low_kept
  *       otherwise.
  * GRAVAC: AR-Topk at the fraction with the largest gain / time among those
@@ -497,7 +499,7 @@ typedef struct {
     double critical_kept;     /* ACCORDION when critical, default 0.1       */
     double low_kept;          /* ACCORDION outside the critical regime; FLEX:
                                  the smallest while critical; default 0.01 */
-    double min_gain;          /* smallest gain allowed: FLEX 0, GRAVAC 0.7  */
+    double min_gain;          /* smallest gain allowed: FLEX 0.45, GRAVAC 0.7 */
     int nsegments;            /* layers: lengths summing to n, default one  */
     size_t segments[FLX_CTL_MAX_SEGMENTS];
     const char *log_path;     /* rank 0 writes one CSV row per decision     */

@@ -161,6 +161,26 @@ START_TEST(test_choose_rules)
     /* critical: nothing below 0.1 kept */
     ck_assert_int_eq(ctl_choose(c, 4, 0.6, 0.1, 0), 1);
     ck_assert(isinf(c[3].score) && c[3].score < 0);
+    /* flex's default gain floor: a 100 Mbit decision (step 200 of a
+     * Fashion-MNIST run's log) took AR-Topk 0.033 at gain 0.33 without it,
+     * and takes AR-Topk 0.1 (0.535) with it; the allgather at 0.033 (0.437)
+     * is below it too */
+    {
+        ctl_cand_t d[6];
+        flx_ctl_opts_t o;
+
+        cand(&d[0], CTL_DENSE_RING, 1.0, 0.98951, 1.0);
+        cand(&d[1], CTL_ARTOPK, 0.1, 0.18073, 0.535);
+        cand(&d[2], CTL_TOPK_AG, 0.1, 0.42676, 0.704);
+        cand(&d[3], CTL_ARTOPK, 0.033, 0.06857, 0.332);
+        cand(&d[4], CTL_TOPK_AG, 0.033, 0.17359, 0.437);
+        cand(&d[5], CTL_ARTOPK, 0.011, 0.03175, 0.182);
+        flx_ctl_opts_default(&o);
+        ck_assert_double_eq(o.min_gain, 0.45);
+        ck_assert_int_eq(ctl_choose(d, 6, o.weight, 0, 0), 3);
+        ck_assert_int_eq(ctl_choose(d, 6, o.weight, 0, o.min_gain), 1);
+        ck_assert(isinf(d[4].score) && isinf(d[3].score) && isfinite(d[0].score));
+    }
     /* a gain floor above every sparse gain leaves dense */
     ck_assert_int_eq(ctl_choose(c, 4, 0.6, 0, 0.9), 0);
     /* fast network: dense is the fastest and keeps everything */

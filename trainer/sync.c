@@ -173,7 +173,7 @@ flx_status_t sync_create(flx_comm_h comm, nn_t *nn, const sync_opts_t *o, sync_t
         co.weight = o->weight;
         co.eta = o->eta;
         co.interval = o->interval;
-        if (o->min_gain > 0) {
+        if (o->min_gain >= 0) {
             co.field_mask |= FLX_CTL_OPT_MIN_GAIN;
             co.min_gain = o->min_gain;
         }

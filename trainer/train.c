@@ -81,7 +81,8 @@ static void usage(FILE *out)
             "  --interval N       accordion, flex: steps per critical test; selsync: longest\n"
             "                     run without a sync (default 50)\n"
             "  --delta X          selsync: norm change that syncs (default 0.3)\n"
-            "  --min-gain X       gravac: gain threshold epsilon (default 0.7)\n"
+            "  --min-gain X       gravac: gain threshold epsilon (default 0.7); flex: the\n"
+            "                     smallest gain a compressed step may keep (default 0.45)\n"
             "  --ctl-log FILE     accordion, gravac, flex: every decision with its inputs (rank 0)\n"
             "run:\n"
             "  --max-steps N      at most N steps per epoch (quick runs)\n"
@@ -171,7 +172,7 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
     o->sync = (sync_opts_t){.policy = POL_DENSE, .algo = FLX_ALGO_AUTO,
                             .bucket_bytes = 4u << 20, .kept = 0.01, .psgd_rank = 4,
                             .leader = FLX_LEADER_STAR, .weight = 0.5, .eta = 0.5,
-                            .interval = 50, .delta = 0.3};
+                            .interval = 50, .delta = 0.3, .min_gain = -1};
     while ((c = getopt_long(argc, argv, "h", longopts, &opt_index)) != -1) {
         errno = 0;
         switch (c) {
@@ -224,7 +225,7 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         case 'n': if (parse_double(optarg, 1e-6, 100, &o->sync.eta)) goto bad; break;
         case 'i': if (parse_count(optarg, 1 << 30, &l)) goto bad; o->sync.interval = (int)l; break;
         case 'D': if (parse_double(optarg, 0, 100, &o->sync.delta)) goto bad; break;
-        case 'g': if (parse_double(optarg, 0.000001, 1, &o->sync.min_gain)) goto bad; break;
+        case 'g': if (parse_double(optarg, 0, 1, &o->sync.min_gain)) goto bad; break;
         case 'C': o->sync.ctl_log = optarg; break;
         case 'Y': o->check_sync = 1; break;
         case 'c':
