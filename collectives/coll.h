@@ -50,7 +50,8 @@ void model_allreduce_terms(flx_algo_t algo, int n, double bytes, double chunk, d
 double model_allreduce_time_ab(flx_algo_t algo, int n, double bytes, model_ab_t ab, double chunk);
 flx_algo_t model_pick_allreduce_ab(int n, double bytes, const model_ab_t ar[MODEL_NAR], double chunk);
 /* The (alpha, 1/beta) the prediction of algo on n ranks uses: its own,
- * except rd's 1/beta on 2 ranks, the ring's (the same bytes, one link). */
+ * except rd's 1/beta on 2 ranks, no less than the ring's (the same bytes
+ * over one link). */
 model_ab_t model_allreduce_ab(flx_algo_t algo, int n, const model_ab_t ar[MODEL_NAR]);
 /* The same pick, except that the automatic choice number call (counted
  * from 0 per communicator), when call % MODEL_EXPLORE is MODEL_EXPLORE - 1,

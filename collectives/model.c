@@ -174,18 +174,20 @@ static int model_pick_index(const double *t, int k, unsigned long call)
 
 /* With 2 ranks recursive doubling and the ring move the same bytes over
  * the same one link (rd in one exchange of everything, the ring in two of
- * half), so rd is predicted with the ring's 1/beta and its own alpha: it
- * wins by the alpha it saves while that is more than the reduction it
- * cannot hide (one chunk), i.e. at small sizes only.  Its own 1/beta,
- * fitted at 1 MiB, did not predict it beyond: rd measured 1.5-2.5x the
- * ring's time at 2-4 MiB while the fits had them level, so the live
- * refresh flipped the choice between the two there on noise. */
+ * half), so rd's 1/beta is taken as no less than the ring's: rd wins by the
+ * alpha it saves while that is more than the reduction it cannot hide (one
+ * chunk), i.e. at small sizes, or where its own live 1/beta says it moves
+ * bytes no slower.  Its own fit at 1 MiB alone did not predict it beyond:
+ * rd measured 1.5-2.5x the ring's time at 2-4 MiB while the fits had them
+ * level, so the live refresh flipped the choice between the two there on
+ * noise.  Its own 1/beta still counts when larger: a slow rd that is
+ * explored is seen and stays unpicked. */
 model_ab_t model_allreduce_ab(flx_algo_t algo, int n, const model_ab_t ar[MODEL_NAR])
 {
     model_ab_t ab = ar[algo - FLX_ALGO_RING];
 
     if (n == 2 && algo == FLX_ALGO_RD)
-        ab.inv_bw = ar[0].inv_bw;
+        ab.inv_bw = FLX_MAX(ab.inv_bw, ar[0].inv_bw);
     return ab;
 }
 

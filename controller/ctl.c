@@ -646,7 +646,9 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     r.decide_s = flx_time_now() - t0 - t_agree;
     if (h->log)
         ctl_log(h, cand, ncand, best, pred_dense, r.decide_s, r.agree_s);
-    measure = h->N > 1 && h->step % CTL_GAIN_EVERY == CTL_GAIN_EVERY - 1;
+    /* a dense step delivers all of it: nothing to measure, no allreduce */
+    measure = h->N > 1 && h->step % CTL_GAIN_EVERY == CTL_GAIN_EVERY - 1 &&
+              (cand[best].coll == CTL_ARTOPK || cand[best].coll == CTL_TOPK_AG);
     if (measure) {
         st = ctl_combined_before(h, grad);
         if (st != FLX_OK)

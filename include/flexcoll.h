@@ -200,7 +200,8 @@ FLX_API flx_algo_t flx_allreduce_algo(flx_comm_h comm, size_t count,
 /* The model's time in seconds for an allreduce of count elements of dtype
  * with algo (FLX_ALGO_AUTO: the one it would pick): the allreduce formula
  * with that algorithm's own alpha and beta, fitted when the communicator
- * was created and refreshed from live timings.  -1 for bad arguments. */
+ * was created and refreshed from live timings (rd on 2 ranks: a beta no
+ * higher than the ring's).  -1 for bad arguments. */
 FLX_API double flx_allreduce_predict(flx_comm_h comm, size_t count, flx_dtype_t dtype,
                                      flx_algo_t algo);
 /* The same for an allgather of count elements of dtype per rank: ring or
@@ -499,7 +500,8 @@ typedef struct {
     double critical_kept;     /* ACCORDION when critical, default 0.1       */
     double low_kept;          /* ACCORDION outside the critical regime; FLEX:
                                  the smallest while critical; default 0.01 */
-    double min_gain;          /* smallest gain allowed: FLEX 0.45, GRAVAC 0.7 */
+    double min_gain;          /* smallest gain allowed: default 0.45 (FLEX); */
+                              /* GRAVAC 0.7 unless FLX_CTL_OPT_MIN_GAIN set */
     int nsegments;            /* layers: lengths summing to n, default one  */
     size_t segments[FLX_CTL_MAX_SEGMENTS];
     const char *log_path;     /* rank 0 writes one CSV row per decision     */

@@ -561,7 +561,7 @@ START_TEST(test_model_fit_per_algorithm)
     ck_assert_int_eq(model_pick_allreduce_ab(2, 8, ar, CHUNK), FLX_ALGO_RD);
     for (double s = 1; s <= 1e9; s *= 5.3)
         ck_assert_int_ne(model_pick_allreduce_ab(2, s, ar, CHUNK), FLX_ALGO_TREE);
-    /* with 2 ranks rd is predicted with the ring's 1/beta: a fit that made
+    /* with 2 ranks rd's 1/beta is no less than the ring's: a fit that made
      * its own four times cheaper does not take it beyond the sizes where
      * the alpha it saves exceeds its one chunk's unhidden reduction */
     for (int i = 0; i < MODEL_NAR; i++)
@@ -575,6 +575,16 @@ START_TEST(test_model_fit_per_algorithm)
         ck_assert_int_eq(model_pick_allreduce_ab(2, s, ar, CHUNK), FLX_ALGO_RING);
     /* on 3 ranks its own constants stand */
     ck_assert_int_eq(model_pick_allreduce_ab(3, 1e6, ar, CHUNK), FLX_ALGO_RD);
+    /* a latency above the chunk's reduction time (60 us > 26 us) makes rd
+     * the cheaper at every size by the ring's 1/beta; an rd seen moving
+     * bytes twice as slowly as the ring is not picked at large sizes */
+    for (int i = 0; i < MODEL_NAR; i++)
+        ar[i] = (model_ab_t){60e-6, 1.0 / BETA};
+    ck_assert_int_eq(model_pick_allreduce_ab(2, 64e6, ar, CHUNK), FLX_ALGO_RD);
+    ar[FLX_ALGO_RD - FLX_ALGO_RING].inv_bw = 2.0 / BETA;
+    ck_assert(model_allreduce_ab(FLX_ALGO_RD, 2, ar).inv_bw == 2.0 / BETA);
+    for (double s = 1e6; s <= 1e9; s *= 1.7)
+        ck_assert_int_eq(model_pick_allreduce_ab(2, s, ar, CHUNK), FLX_ALGO_RING);
 }
 END_TEST
 

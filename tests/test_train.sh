@@ -32,9 +32,12 @@ for pol in dense topk-ag artopk powersgd accordion gravac selsync flex; do
         train "$n" "$pol" --interval 20
     done
 done
-# flex actually compresses when the weight asks for speed at any price
+# flex actually compresses when the weight asks for speed (above its default gain floor)
 train 3 flex --weight 1 --interval 20
 grep -q ",flex,artopk,\|,flex,topk-ag," "$tmp/flex-3.csv" || fail "flex --weight 1 never compressed"
+# without flex's default gain floor (--min-gain 0) it still learns and compresses
+train 3 flex --weight 1 --interval 20 --min-gain 0
+grep -q ",flex,artopk,\|,flex,topk-ag," "$tmp/flex-3.csv" || fail "flex --min-gain 0 never compressed"
 # AR-Topk with the index set voted by every rank
 train 3 artopk --leader vote
 # top-k with momentum correction: each rank's velocity compressed, masked where sent;
@@ -73,6 +76,8 @@ echo "$out" | grep -q "needs a top-k policy" || fail "no clear error for dense +
 "$top/flx-train" --synthetic --momentum-correction maybe >/dev/null 2>&1 &&
     fail "--momentum-correction maybe accepted"
 out=$("$top/flx-train" --synthetic --model cnn:4 2>&1) && fail "bad CNN spec accepted"
+out=$("$top/flx-train" --synthetic --policy flex --min-gain 1.5 2>&1) && fail "--min-gain 1.5 accepted"
+echo "$out" | grep -q "min-gain" || fail "no clear error for --min-gain 1.5: $out"
 out=$("$top/flx-train" --synthetic --model mlp:0 2>&1) && fail "zero-width layer accepted"
 mkdir "$tmp/data"
 printf 'not gzip and not IDX' > "$tmp/data/train-images-idx3-ubyte"

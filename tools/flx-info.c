@@ -119,7 +119,8 @@ static int calibrate(void)
             for (int a = 0; a < 4; a++)
                 pred[k][a] = flx_allreduce_predict(comm, sizes[k] / 4, FLX_FLOAT32, (flx_algo_t)a);
         if (rank == 0) {
-            printf("# allreduce, predicted us (each algorithm's own fitted alpha and beta)\n");
+            printf("# allreduce, predicted us (each algorithm's own fitted alpha and beta; "
+                   "rd on 2 ranks: beta no higher than the ring's)\n");
             printf("%10s %10s %10s %10s %6s\n", "bytes", "ring", "tree", "rd", "auto");
             for (size_t k = 0; k < (sizeof(sizes) / sizeof(sizes[0])); k++)
                 printf("%10zu %10.1f %10.1f %10.1f %6s\n", sizes[k], pred[k][1] * 1e6,
