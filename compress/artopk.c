@@ -150,6 +150,12 @@ flx_status_t cmp_artopk_reserve(cmp_artopk_t *ar, size_t k_max)
     return FLX_OK;
 }
 
+int cmp_artopk_index_mode(int mode, int nranks)
+{
+    return mode == CMP_INDEX_PIPELINED && nranks > CMP_ARTOPK_PIPE_MAX_RANKS ? CMP_INDEX_SERIAL
+                                                                            : mode;
+}
+
 flx_status_t cmp_artopk_create(flx_comm_h comm, size_t n, size_t k_max,
                                const cmp_artopk_params_t *params, cmp_topk_t *sel,
                                cmp_artopk_t **ar_p)
@@ -164,6 +170,11 @@ flx_status_t cmp_artopk_create(flx_comm_h comm, size_t n, size_t k_max,
     ar->rank = flx_comm_rank(comm);
     ar->n = n;
     ar->p = *params;
+    ar->p.index_mode = cmp_artopk_index_mode(params->index_mode, ar->N);
+    if (ar->p.index_mode != params->index_mode && ar->rank == 0)
+        flx_info(COMPRESS, ar->rank, "AR-Topk: the pipelined index exchange supports up to %d "
+                 "ranks, not %d: serial (broadcast, then allreduce)", CMP_ARTOPK_PIPE_MAX_RANKS,
+                 ar->N);
     ar->sel = sel;
     ar->next_leader = -1;
     ar->ewmas = calloc((size_t)ar->N, sizeof(double));

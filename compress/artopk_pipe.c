@@ -214,9 +214,9 @@ flx_status_t cmp_artopk_pipe(flx_comm_h comm, int leader, int32_t *idx, size_t k
 {
     flx_status_t st;
 
-    if (comm->size > 1024) { /* phases of a step number are 12 bits */
-        flx_error(COMPRESS, comm->rank, "pipelined AR-Topk supports up to 1024 ranks, not %d",
-                  comm->size);
+    if (comm->size > CMP_ARTOPK_PIPE_MAX_RANKS) { /* cmp_artopk_create chose SERIAL */
+        flx_error(COMPRESS, comm->rank, "pipelined AR-Topk supports up to %d ranks, not %d",
+                  CMP_ARTOPK_PIPE_MAX_RANKS, comm->size);
         return FLX_ERR_UNSUPPORTED;
     }
     if ((st = comm_enter(comm)) != FLX_OK)

@@ -87,6 +87,12 @@ flx_status_t cmp_sparse_ag_step(cmp_sparse_ag_t *ag, const int32_t *idx, const f
 
 enum { CMP_LEADER_STAR = 0, CMP_LEADER_VAR, CMP_LEADER_VOTE };
 enum { CMP_INDEX_SERIAL = 0, CMP_INDEX_PREVIOUS, CMP_INDEX_PIPELINED };
+/* The pipelined exchange numbers its phases in 12 bits of a step. */
+#define CMP_ARTOPK_PIPE_MAX_RANKS 1024
+/* The index mode AR-Topk runs with on nranks: mode, except PIPELINED above
+ * CMP_ARTOPK_PIPE_MAX_RANKS, which runs SERIAL (the same sets and values,
+ * the leader's broadcast not overlapped with the allreduce). */
+int cmp_artopk_index_mode(int mode, int nranks);
 
 typedef struct {
     int leader_policy;    /* CMP_LEADER_*                          */

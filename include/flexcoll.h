@@ -325,8 +325,9 @@ typedef enum { FLX_LEADER_STAR = 0, FLX_LEADER_VAR, FLX_LEADER_VOTE } flx_leader
 /* How AR-Topk's index set travels: SERIAL (broadcast, then allreduce, as in
  * the paper), PREVIOUS (step t uses step t-1's set; the next set moves in
  * the background while the caller computes), PIPELINED (the indices ride
- * with the values through one fused ring).  DEFAULT: PIPELINED, the winner
- * on this project's measurements (README "Compression"). */
+ * with the values through one fused ring; up to 1024 ranks, SERIAL above).
+ * DEFAULT: PIPELINED, the winner on this project's measurements (README
+ * "Compression"). */
 typedef enum {
     FLX_INDEX_DEFAULT = 0,
     FLX_INDEX_SERIAL,

@@ -210,6 +210,40 @@ static int body_allreduce(flx_comm_h comm, int rank, int size, void *arg)
     return 0;
 }
 
+/* An out-of-place allgather from read-only pages: no algorithm writes the
+ * send buffer (a write would kill the rank), and its block reaches its
+ * place in the output (recv starts as NaN, so a missing copy fails). */
+static int check_allgather_readonly(flx_comm_h comm, int rank, int size, flx_algo_t algo,
+                                    size_t count)
+{
+    size_t len = FLX_MAX(count * sizeof(float), (size_t)1);
+    float *send = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    float *recv = malloc((size_t)size * len);
+    flx_status_t st;
+    int rc = 0;
+
+    if (send == MAP_FAILED || recv == NULL)
+        return mp_fail(rank, "out of memory");
+    memset(recv, 0xff, (size_t)size * len); /* NaN everywhere */
+    for (size_t i = 0; i < count; i++)
+        put(send, i, FLX_FLOAT32, input_value(rank, i, FLX_SUM, FLX_FLOAT32));
+    if (mprotect(send, len, PROT_READ) != 0)
+        rc = mp_fail(rank, "mprotect: %s", strerror(errno));
+    st = rc ? FLX_OK : flx_allgather(comm, send, recv, count, FLX_FLOAT32, algo);
+    if (st != FLX_OK)
+        rc = mp_fail(rank, "allgather %s n=%zu from read-only memory: %s", flx_algo_name(algo),
+                     count, flx_status_string(st));
+    for (int r = 0; r < size && rc == 0; r++)
+        for (size_t i = 0; i < count && rc == 0; i++)
+            if (recv[(size_t)r * count + i] != (float)input_value(r, i, FLX_SUM, FLX_FLOAT32))
+                rc = mp_fail(rank, "allgather %s n=%zu from read-only memory: block %d [%zu] "
+                             "= %g, want %g", flx_algo_name(algo), count, r, i,
+                             recv[(size_t)r * count + i], input_value(r, i, FLX_SUM, FLX_FLOAT32));
+    munmap(send, len);
+    free(recv);
+    return rc;
+}
+
 static int body_allgather(flx_comm_h comm, int rank, int size, void *arg)
 {
     static const flx_algo_t algos[] = {FLX_ALGO_AUTO, FLX_ALGO_RING, FLX_ALGO_RD};
@@ -246,6 +280,10 @@ static int body_allgather(flx_comm_h comm, int rank, int size, void *arg)
                 free(recv);
             }
         }
+        if (check_allgather_readonly(comm, rank, size, algos[a], 1) ||
+            check_allgather_readonly(comm, rank, size, algos[a],
+                                     BIG_BYTES / (size_t)size / sizeof(float) + 3))
+            return 1;
     }
     return 0;
 }

@@ -674,6 +674,14 @@ START_TEST(test_model)
     REQUIRE(cmp_bytes_bcast(8, 5, 5, 10) == 30);
     REQUIRE(cmp_bytes_allreduce(FLX_ALGO_RING, 4, 1, 400) == 600);
     REQUIRE(cmp_bytes_allgather(5, 8) == 32);
+    /* the pipelined index exchange up to its 12-bit phase limit, serial above */
+    REQUIRE(cmp_artopk_index_mode(CMP_INDEX_PIPELINED, 2) == CMP_INDEX_PIPELINED);
+    REQUIRE(cmp_artopk_index_mode(CMP_INDEX_PIPELINED, CMP_ARTOPK_PIPE_MAX_RANKS) ==
+            CMP_INDEX_PIPELINED);
+    REQUIRE(cmp_artopk_index_mode(CMP_INDEX_PIPELINED, CMP_ARTOPK_PIPE_MAX_RANKS + 1) ==
+            CMP_INDEX_SERIAL);
+    REQUIRE(cmp_artopk_index_mode(CMP_INDEX_PREVIOUS, 4096) == CMP_INDEX_PREVIOUS);
+    REQUIRE(cmp_artopk_index_mode(CMP_INDEX_SERIAL, 4096) == CMP_INDEX_SERIAL);
 }
 END_TEST
 
