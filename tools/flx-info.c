@@ -160,6 +160,7 @@ int main(int argc, char **argv)
     static const struct option longopts[] = {{"calibrate", no_argument, 0, 'C'},
                                              {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     flx_config_t cfg;
+    flx_ctl_opts_t ctl;
     int show_config = 0, opt;
 
     while ((opt = getopt_long(argc, argv, "ch", longopts, NULL)) != -1) {
@@ -188,10 +189,16 @@ int main(int argc, char **argv)
     for (int m = 0; m < FLX_COMPRESS_COUNT; m++)
         printf("%s%s", m ? " " : "", flx_compress_name((flx_compress_t)m));
     printf("; top-k collectives: artopk allgather auto\n");
+    flx_ctl_opts_default(&ctl);
     printf("# controller (flx_ctl_*): modes %s %s %s; flx-train policies: dense topk-ag artopk "
            "powersgd accordion gravac selsync flex\n",
            flx_ctl_mode_name(FLX_CTL_FLEX), flx_ctl_mode_name(FLX_CTL_ACCORDION),
            flx_ctl_mode_name(FLX_CTL_GRAVAC));
+    printf("# flex defaults: weight %g, gain floor %g, eta %g every %d steps, kept fractions",
+           ctl.weight, ctl.min_gain, ctl.eta, ctl.interval);
+    for (int f = 0; f < ctl.nfractions; f++)
+        printf(" %g", ctl.fractions[f]);
+    printf("\n");
     print_devices();
 #ifdef FLX_HAVE_VERBS
     ib_dev_print(stdout);

@@ -30,7 +30,7 @@ typedef struct {
     double eta;           /* accordion / flex: critical threshold         */
     int interval;         /* accordion / flex: steps per critical test    */
     double delta;         /* selsync: relative norm change that syncs     */
-    double min_gain;      /* gravac, flex: gain floor (< 0: the controller's default) */
+    double min_gain;      /* gravac, flex: gain floor (< 0: default)      */
     const char *ctl_log;  /* flex / accordion / gravac: decision CSV      */
 } sync_opts_t;
 
