@@ -65,6 +65,8 @@ struct flx_ctl {
     double inv_bw[CTL_COLL_COUNT]; /* live 1/B as each collective sees it  */
     uint64_t seen[CTL_COLL_COUNT]; /* step + 1 each collective last ran     */
     double select_s[CTL_COLL_COUNT]; /* EWMA of selection + decode, <0 unknown */
+    double select_hist[CTL_COLL_COUNT][3]; /* its last three measurements    */
+    int select_runs[CTL_COLL_COUNT];  /* runs measured                      */
     double compute_s;           /* EWMA of the agreed compute time          */
 
     int have_last;              /* the last step's choice, for the model    */
@@ -369,7 +371,9 @@ static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double selec
     /* alpha from 1/10 to 1000 times, B from 1/10^4 to 16 times calibration */
     double a, b, lo[2] = {h->alpha0 / 10, h->inv_bw0 / 16}, hi[2] = {h->alpha0 * 1e3, h->inv_bw0 * 1e4};
 
-    h->compute_s = ctl_ewma(h->compute_s, compute_s);
+    /* the first step's compute (first touch of every buffer) is a warm-up:
+     * the second step's replaces it */
+    h->compute_s = h->step == 1 ? compute_s : ctl_ewma(h->compute_s, compute_s);
     double before;
     ctl_coll_t c;
 
@@ -389,7 +393,8 @@ static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double selec
             h->inv_bw[o] = FLX_MIN(hi[1], FLX_MAX(lo[1], h->inv_bw[o] + h->inv_bw[c] - before));
     h->seen[c] = h->step; /* the step that ran it, + 1 */
     if (h->last.coll == CTL_ARTOPK || h->last.coll == CTL_TOPK_AG) {
-        h->select_s[h->last.coll] = ctl_ewma(h->select_s[h->last.coll], select_s);
+        h->select_s[c] = ctl_select_update(h->select_s[c], h->select_hist[c],
+                                           ++h->select_runs[c], select_s, CTL_LAMBDA);
         /* the same selection serves the other sparse collective until it is measured */
         ctl_coll_t other = h->last.coll == CTL_ARTOPK ? CTL_TOPK_AG : CTL_ARTOPK;
         if (h->select_s[other] < 0)

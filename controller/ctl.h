@@ -75,6 +75,20 @@ int ctl_critical(const double *prev, const double *cur, const size_t *len, int n
  * winner's index (-1 only for n = 0). */
 int ctl_choose(ctl_cand_t *cand, int n, double weight, double min_kept, double min_gain);
 
+/* A sparse collective's selection-cost estimate after its measurement x
+ * (runs: how many runs it has had, this one included; hist: its last
+ * three measurements, updated here).  The first CTL_SELECT_WARMUP runs are
+ * a warm-up and leave the estimate as it was (unknown: the candidate is
+ * not charged for selection, so it is tried): the approximate selection
+ * has no threshold from an earlier step yet and its buffers are touched
+ * for the first time (70.6 and 63.0 ms against 2-10 ms from the third run
+ * on, in a Fashion-MNIST run, which kept flex off AR-Topk for 100 steps).
+ * The next run sets it; after that, an EWMA (lambda) of the median of the
+ * last three, so one stalled step does not set the estimate for the steps
+ * in which the collective does not run. */
+#define CTL_SELECT_WARMUP 2
+double ctl_select_update(double est, double hist[3], int runs, double x, double lambda);
+
 /* Hysteresis: keep the current candidate (index cur, -1: none) unless the
  * winner's score beats it by more than margin; returns the index to use. */
 int ctl_hysteresis(const ctl_cand_t *cand, int n, int best, int cur, double margin);

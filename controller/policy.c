@@ -151,6 +151,23 @@ int ctl_choose(ctl_cand_t *cand, int n, double weight, double min_kept, double m
     return best;
 }
 
+double ctl_select_update(double est, double hist[3], int runs, double x, double lambda)
+{
+    double lo, hi, med;
+
+    if (runs < 1)
+        return est;
+    hist[(runs - 1) % 3] = x;
+    if (runs <= CTL_SELECT_WARMUP)
+        return est;
+    if (runs == CTL_SELECT_WARMUP + 1)
+        return x;
+    lo = FLX_MIN(hist[0], FLX_MIN(hist[1], hist[2]));
+    hi = FLX_MAX(hist[0], FLX_MAX(hist[1], hist[2]));
+    med = hist[0] + hist[1] + hist[2] - lo - hi;
+    return (1 - lambda) * est + lambda * med;
+}
+
 int ctl_hysteresis(const ctl_cand_t *cand, int n, int best, int cur, double margin)
 {
     if (cur < 0 || cur >= n || best < 0 || !isfinite(cand[cur].score))
