@@ -12,7 +12,8 @@
  *   3. the live model: alpha and 1/B from the last sync's time (each
  *      collective keeps its own 1/B, as its software overhead differs; a
  *      change seen by one moves the others by the same seconds per
- *      byte), selection cost as an EWMA of what was measured;
+ *      byte), selection cost as an EWMA of the median of the last three
+ *      measurements, after two warm-up runs that do not count;
  *   4. the critical-regime test at the end of each interval;
  *   5. the choice (ctl_choose or the mode's rule; flex keeps last step's
  *      choice unless the winner scores CTL_MARGIN better, and tries once a
