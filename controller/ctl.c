@@ -393,13 +393,13 @@ static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double selec
         if (o != (int)c)
             h->inv_bw[o] = FLX_MIN(hi[1], FLX_MAX(lo[1], h->inv_bw[o] + h->inv_bw[c] - before));
     h->seen[c] = h->step; /* the step that ran it, + 1 */
-    if (h->last.coll == CTL_ARTOPK || h->last.coll == CTL_TOPK_AG) {
+    if (c == CTL_ARTOPK || c == CTL_TOPK_AG) {
         h->select_s[c] = ctl_select_update(h->select_s[c], h->select_hist[c],
                                            ++h->select_runs[c], select_s, CTL_LAMBDA);
         /* the same selection serves the other sparse collective until it is measured */
-        ctl_coll_t other = h->last.coll == CTL_ARTOPK ? CTL_TOPK_AG : CTL_ARTOPK;
+        ctl_coll_t other = c == CTL_ARTOPK ? CTL_TOPK_AG : CTL_ARTOPK;
         if (h->select_s[other] < 0)
-            h->select_s[other] = h->select_s[h->last.coll];
+            h->select_s[other] = h->select_s[c];
     }
 }
 

@@ -149,25 +149,47 @@ static int check_allreduce(flx_comm_h comm, int rank, int size, flx_algo_t algo,
     return rc;
 }
 
+/* count float32 inputs of rank in read-only pages of *len_p bytes (munmap
+ * them), or NULL after a failure line */
+static float *readonly_input(int rank, size_t count, size_t *len_p)
+{
+    size_t len = FLX_MAX(count * sizeof(float), (size_t)1);
+    float *send = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    if (send == MAP_FAILED) {
+        mp_fail(rank, "mmap: %s", strerror(errno));
+        return NULL;
+    }
+    for (size_t i = 0; i < count; i++)
+        put(send, i, FLX_FLOAT32, input_value(rank, i, FLX_SUM, FLX_FLOAT32));
+    if (mprotect(send, len, PROT_READ) != 0) {
+        mp_fail(rank, "mprotect: %s", strerror(errno));
+        munmap(send, len);
+        return NULL;
+    }
+    *len_p = len;
+    return send;
+}
+
 /* An out-of-place allreduce whose send buffer is in read-only pages: no
  * algorithm writes it (a write would kill the rank), and the result is
  * exact.  The ring reads it directly instead of a copy. */
 static int check_allreduce_readonly(flx_comm_h comm, int rank, int size, flx_algo_t algo,
                                     size_t count)
 {
-    size_t len = FLX_MAX(count * sizeof(float), (size_t)1);
-    float *send = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    float *recv = malloc(len);
+    size_t len = 0;
+    float *send = readonly_input(rank, count, &len);
+    float *recv = malloc(FLX_MAX(count * sizeof(float), (size_t)1));
     flx_status_t st;
     int rc = 0;
 
-    if (send == MAP_FAILED || recv == NULL)
-        return mp_fail(rank, "out of memory");
-    for (size_t i = 0; i < count; i++)
-        put(send, i, FLX_FLOAT32, input_value(rank, i, FLX_SUM, FLX_FLOAT32));
-    if (mprotect(send, len, PROT_READ) != 0)
-        rc = mp_fail(rank, "mprotect: %s", strerror(errno));
-    st = rc ? FLX_OK : flx_allreduce(comm, send, recv, count, FLX_FLOAT32, FLX_SUM, algo);
+    if (send == NULL || recv == NULL) {
+        if (send)
+            munmap(send, len);
+        free(recv);
+        return send ? mp_fail(rank, "out of memory") : 1;
+    }
+    st = flx_allreduce(comm, send, recv, count, FLX_FLOAT32, FLX_SUM, algo);
     if (st != FLX_OK)
         rc = mp_fail(rank, "allreduce %s n=%zu from read-only memory: %s", flx_algo_name(algo),
                      count, flx_status_string(st));
@@ -216,20 +238,20 @@ static int body_allreduce(flx_comm_h comm, int rank, int size, void *arg)
 static int check_allgather_readonly(flx_comm_h comm, int rank, int size, flx_algo_t algo,
                                     size_t count)
 {
-    size_t len = FLX_MAX(count * sizeof(float), (size_t)1);
-    float *send = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    float *recv = malloc((size_t)size * len);
+    size_t len = 0, rlen = (size_t)size * FLX_MAX(count * sizeof(float), (size_t)1);
+    float *send = readonly_input(rank, count, &len);
+    float *recv = malloc(rlen);
     flx_status_t st;
     int rc = 0;
 
-    if (send == MAP_FAILED || recv == NULL)
-        return mp_fail(rank, "out of memory");
-    memset(recv, 0xff, (size_t)size * len); /* NaN everywhere */
-    for (size_t i = 0; i < count; i++)
-        put(send, i, FLX_FLOAT32, input_value(rank, i, FLX_SUM, FLX_FLOAT32));
-    if (mprotect(send, len, PROT_READ) != 0)
-        rc = mp_fail(rank, "mprotect: %s", strerror(errno));
-    st = rc ? FLX_OK : flx_allgather(comm, send, recv, count, FLX_FLOAT32, algo);
+    if (send == NULL || recv == NULL) {
+        if (send)
+            munmap(send, len);
+        free(recv);
+        return send ? mp_fail(rank, "out of memory") : 1;
+    }
+    memset(recv, 0xff, rlen); /* NaN everywhere */
+    st = flx_allgather(comm, send, recv, count, FLX_FLOAT32, algo);
     if (st != FLX_OK)
         rc = mp_fail(rank, "allgather %s n=%zu from read-only memory: %s", flx_algo_name(algo),
                      count, flx_status_string(st));

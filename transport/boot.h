@@ -23,8 +23,8 @@ typedef struct boot {
     int *fds;                     /* fds[peer]: authenticated socket, -1 for self */
     struct sockaddr_in *addrs;    /* every rank's data address                 */
     int local_size;               /* ranks on this machine (its kernel's boot
-                                     id; network namespaces included); 0:
-                                     unknown                                   */
+                                     id; network namespaces included); all of
+                                     them when this rank cannot read its id    */
     auth_key_t key;
     flx_config_t cfg;
 } boot_t;
