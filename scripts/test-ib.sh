@@ -25,7 +25,7 @@ for t in check_ib check_coll check_errors check_faults; do
         rc=1
     fi
     if [ $r -ne 0 ] && [ $r -ne 77 ]; then
-        grep -E "^rank [0-9]+:|:F:|:E:" "/tmp/ib-$t.log" | head -20
+        grep -E "^rank [0-9]+:|^trial [0-9]+|:F:|:E:" "/tmp/ib-$t.log" | head -20
         rc=1
     fi
 done

@@ -179,8 +179,10 @@ static void conn_fail_all(tl_ctx_t *ctx, ib_conn_t *c, flx_status_t st)
     tl_req_t *lists[3] = {c->posted_head, c->sendq_head, c->rdv_head};
 
     for (int i = 0; i < ctx->rdv_slots; i++)
-        if (ctx->rdv[i].req && ctx->rdv[i].req->peer == c->peer)
+        if (ctx->rdv[i].req && ctx->rdv[i].req->peer == c->peer) {
             ctx->rdv[i].req = NULL; /* its registration goes with its request below */
+            ctx->rdv[i].failed_peer = c->peer + 1;
+        }
     for (int l = 0; l < 3; l++)
         for (tl_req_t *r = lists[l], *next; r; r = next) {
             next = r->next;
@@ -592,8 +594,8 @@ static flx_status_t ib_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void 
         }
         do {
             id = ctx->rdv_next++ % (uint32_t)ctx->rdv_slots;
-        } while (ctx->rdv[id].req && ++tries < ctx->rdv_slots);
-        if (ctx->rdv[id].req) {
+        } while ((ctx->rdv[id].req || ctx->rdv[id].failed_peer) && ++tries < ctx->rdv_slots);
+        if (ctx->rdv[id].req || ctx->rdv[id].failed_peer) {
             flx_error(NET, ctx->rank, "more than %d large receives outstanding", ctx->rdv_slots);
             large_mem_done(ctx, req, MEM_UNUSED);
             req_finish(req, FLX_ERR_NO_MEMORY);
@@ -618,6 +620,8 @@ static void posted_done(tl_ctx_t *ctx, ib_conn_t *c, tl_req_t *r, flx_status_t s
         if (ctx->rdv[id].req == r) {
             large_mem_done(ctx, r, st == FLX_OK ? MEM_DELIVERED : MEM_FAILED);
             ctx->rdv[id].req = NULL;
+            if (st != FLX_OK)
+                ctx->rdv[id].failed_peer = r->peer + 1;
         }
     }
     req_finish(r, st);
@@ -760,13 +764,19 @@ static void handle_wc(tl_ctx_t *ctx, const struct ibv_wc *wc)
                           ((size_t)peer * (size_t)ctx->recv_depth + (size_t)slot) * ctx->slot_size;
         if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
             uint32_t id = ntohl(wc->imm_data);
-            tl_req_t *r = id < (uint32_t)ctx->rdv_slots ? ctx->rdv[id].req : NULL;
-            if (r == NULL || r->peer != peer) {
+            int known = id < (uint32_t)ctx->rdv_slots;
+            tl_req_t *r = known ? ctx->rdv[id].req : NULL;
+            if (r != NULL && r->peer == peer) {
+                posted_done(ctx, c, r, FLX_OK);
+            } else if (known && r == NULL && ctx->rdv[id].failed_peer == peer + 1) {
+                /* it wrote before it learnt that this receive failed */
+                flx_debug(NET, ctx->rank, "late write from rank %d to failed receive id %u "
+                          "dropped", peer, id);
+            } else {
                 flx_error(NET, ctx->rank, "rank %d wrote to an unknown receive (id %u)", peer, id);
                 ib_fail(ctx, FLX_ERR_PROTOCOL, "imm");
                 return;
             }
-            posted_done(ctx, c, r, FLX_OK);
         } else {
             ib_hdr_t h;
             if (wc->byte_len < sizeof(h)) {

@@ -166,6 +166,9 @@ typedef struct {
 /* a receive waiting for the peer's RDMA write, found by the IMM id */
 typedef struct {
     tl_req_t *req;
+    int failed_peer;  /* 1 + the peer whose receive failed here, 0 none: that
+                         peer may still write to this id (its write was on
+                         the wire), so the id is not reused               */
 } ib_rdv_slot_t;
 
 typedef struct {
