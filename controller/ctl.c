@@ -6,9 +6,13 @@
  *   1. local statistics on a fixed sample of about 16 Ki positions: the
  *      histogram of |g + e| (the gain of every kept fraction at once) and
  *      the per-layer accumulated gradient (Accordion's norms);
- *   2. one small allreduce of those, of the compute time and of the last
- *      sync's measured comm and selection times: every rank then holds the same inputs, so
- *      every rank makes the same decision with no broadcast;
+ *   2. one small allreduce of those, of the compute time, of the sync's
+ *      measured comm and selection times and of what this rank's top-k
+ *      kept: every rank then holds the same inputs, so every rank makes
+ *      the same decision with no broadcast.  It is non-blocking: started
+ *      at the end of a step, it runs while the ranks compute the next
+ *      gradient, and the next step decides on it (its gains are one step
+ *      old); only the first step waits for its own;
  *   3. the live model: alpha and 1/B from the last sync's time (each
  *      collective keeps its own 1/B, as its software overhead differs; a
  *      change seen by one moves the others by the same seconds per
@@ -20,7 +24,8 @@
  *      collective whose estimate is stale but whose score is close:
  *      ctl_probe), then the sync;
  *   6. every 10 steps, the gain of the combined update (ctl_combined_*),
- *      which corrects each sparse collective's predicted gain.
+ *      which corrects each sparse collective's predicted gain; its small
+ *      allreduce runs beside the top-k selection.
  */
 #include "controller/ctl.h"
 #include "collectives/coll.h"
@@ -74,8 +79,7 @@ struct flx_ctl {
     int last_probe;             /* ... was a probe of a stale collective    */
     double gain_ratio[CTL_COLL_COUNT]; /* EWMA of combined / predicted gain */
     double rank_ratio[CTL_COLL_COUNT]; /* EWMA of per-rank / predicted gain  */
-    double last_hist_gain;      /* the histogram's gain of the last choice  */
-    double last_rank_gain;      /* ... and what this rank's sync kept       */
+    double last_rank_gain;      /* what this rank's last sync kept          */
     float *xs;                  /* every 4th sample position: mean of g + e */
     size_t nxs;
     ctl_cand_t last;
@@ -92,8 +96,13 @@ struct flx_ctl {
     uint64_t step;
 
     ctl_hist_t hist;
-    double *agree;              /* the agreed vector                        */
+    double *agree;              /* this rank's part of the agreement        */
+    double *agreed;             /* the agreed vector: the mean over ranks   */
     size_t nagree;
+    flx_request_h agree_req;    /* the agreement under way, or NULL         */
+    uint64_t agreed_step;       /* the step whose statistics agreed holds   */
+    int agreed_interval_end;    /* ... and whether they close an interval   */
+    double last_combined;       /* the last step's combined gain, or -1     */
     FILE *log;
 };
 
@@ -268,8 +277,10 @@ flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opts_t *opt
     if (st != FLX_OK)
         goto fail;
     h->nagree = (size_t)h->o.nfractions + CTL_AGREE_FIXED + (size_t)h->o.nsegments;
-    h->agree = malloc(h->nagree * sizeof(double));
-    if (h->agree == NULL) {
+    h->agree = calloc(h->nagree, sizeof(double));
+    h->agreed = calloc(h->nagree, sizeof(double));
+    h->last_combined = -1;
+    if (h->agree == NULL || h->agreed == NULL) {
         st = FLX_ERR_NO_MEMORY;
         goto fail;
     }
@@ -312,14 +323,20 @@ flx_status_t flx_ctl_destroy(flx_ctl_h h)
 
     if (h == NULL)
         return FLX_OK;
-    if (h->topk)
-        st = flx_gsync_destroy(h->topk);
+    if (h->agree_req) /* every rank started it: it ends */
+        st = flx_wait(h->agree_req);
+    if (h->topk) {
+        flx_status_t s2 = flx_gsync_destroy(h->topk);
+        if (st == FLX_OK)
+            st = s2;
+    }
     if (h->log)
         fclose(h->log);
     free(h->sample_pos);
     free(h->sample_seg);
     free(h->accum);
     free(h->agree);
+    free(h->agreed);
     free(h->xs);
     free(h);
     return st;
@@ -374,7 +391,7 @@ static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double selec
 
     /* the first step's compute (first touch of every buffer) is a warm-up:
      * the second step's replaces it */
-    h->compute_s = h->step == 1 ? compute_s : ctl_ewma(h->compute_s, compute_s);
+    h->compute_s = h->agreed_step == 1 ? compute_s : ctl_ewma(h->compute_s, compute_s);
     double before;
     ctl_coll_t c;
 
@@ -431,7 +448,7 @@ static double ctl_hist_gain_of(flx_ctl_h h, const ctl_cand_t *c)
     for (int f = 1; f < h->o.nfractions; f++)
         if (fabs(log(h->o.fractions[f] / c->kept)) < fabs(log(h->o.fractions[best] / c->kept)))
             best = f;
-    return h->agree[best];
+    return h->agreed[best];
 }
 
 /* steps 4 and 5: the candidates and the choice; returns the winner */
@@ -439,7 +456,7 @@ static int ctl_decide(flx_ctl_h h, ctl_cand_t *cand, int *ncand_p, double *pred_
                       int *probe_p)
 {
     int nf = h->o.nfractions, n = 0, best, chosen;
-    const double *gains = h->agree;
+    const double *gains = h->agreed;
     /* flex, critical: Accordion's "compress less", as a floor (low_kept)
      * under the kept fraction rather than a fixed one; the weight stays */
     double min_kept = h->critical ? h->o.low_kept : 0.0;
@@ -561,8 +578,10 @@ static void ctl_learn_ratio(double *ratio, double measured, double predicted)
  * ||S|| / ||X|| is what the step delivered of what a dense step would
  * have: each rank's own ||C(x)|| / ||x|| does not see that AR-Topk sends
  * one leader's indices or that the allgather sums N different sets.  Both
- * vectors are the same on every rank, and so is the learnt ratio. */
-static flx_status_t ctl_combined_before(flx_ctl_h h, const float *grad)
+ * vectors are the same on every rank, and so is the learnt ratio.  The
+ * allreduce of X is started here and runs beside the selection: the
+ * sync's own collectives come after it. */
+static flx_status_t ctl_combined_before(flx_ctl_h h, const float *grad, flx_request_h *req_p)
 {
     const float *e = h->residual_dirty ? flx_gsync_residual(h->topk) : NULL;
 
@@ -570,33 +589,96 @@ static flx_status_t ctl_combined_before(flx_ctl_h h, const float *grad)
         size_t i = h->sample_pos[4 * j];
         h->xs[j] = e ? grad[i] + e[i] : grad[i];
     }
-    return flx_allreduce(h->comm, h->xs, h->xs, h->nxs, FLX_FLOAT32, FLX_AVG, FLX_ALGO_AUTO);
+    return flx_iallreduce(h->comm, h->xs, h->xs, h->nxs, FLX_FLOAT32, FLX_AVG, FLX_ALGO_AUTO,
+                          req_p);
 }
 
-static void ctl_combined_after(flx_ctl_h h, const ctl_cand_t *c, const float *grad,
-                               double *combined_p)
+static double ctl_combined_after(flx_ctl_h h, const float *grad)
 {
-    double ss = 0, xx = 0, g;
+    double ss = 0, xx = 0;
 
     for (size_t j = 0; j < h->nxs; j++) {
         double sv = grad[h->sample_pos[4 * j]], xv = h->xs[j];
         ss += sv * sv;
         xx += xv * xv;
     }
-    if (!(xx > 0) || (c->coll != CTL_ARTOPK && c->coll != CTL_TOPK_AG))
-        return;
-    g = FLX_MIN(1.0, sqrt(ss / xx));
-    *combined_p = g;
-    ctl_learn_ratio(&h->gain_ratio[c->coll], g, h->last_hist_gain);
+    return xx > 0 ? FLX_MIN(1.0, sqrt(ss / xx)) : -1.0;
+}
+
+/* step 2: this rank's statistics (filled in by ctl_local_stats) and the
+ * timings of the sync that followed them, to the other ranks */
+static void ctl_fill_timings(flx_ctl_h h, double compute_s)
+{
+    int nf = h->o.nfractions;
+
+    h->agree[nf] = compute_s;
+    h->agree[nf + 1] = h->have_last ? h->last.time_s : 0; /* the sync's comm time */
+    h->agree[nf + 2] = h->have_last ? h->last.score : 0;  /* ... and its selection */
+    h->agree[nf + 3] = h->have_last ? h->last_rank_gain : 0; /* ... and this rank's gain */
+}
+
+/* step 2: the agreement of this step's statistics and timings, waited
+ * for or started (agree_req) */
+static flx_status_t ctl_agree_start(flx_ctl_h h, double compute_s, int interval_end, int wait)
+{
+    flx_status_t st = FLX_OK;
+
+    ctl_fill_timings(h, compute_s);
+    if (h->N == 1)
+        memcpy(h->agreed, h->agree, h->nagree * sizeof(double));
+    else if (wait)
+        st = flx_allreduce(h->comm, h->agree, h->agreed, h->nagree, FLX_FLOAT64, FLX_AVG,
+                           FLX_ALGO_AUTO);
+    else
+        st = flx_iallreduce(h->comm, h->agree, h->agreed, h->nagree, FLX_FLOAT64, FLX_AVG,
+                            FLX_ALGO_AUTO, &h->agree_req);
+    h->agreed_step = h->step;
+    h->agreed_interval_end = interval_end;
+    return st;
+}
+
+/* steps 3 and 4 on the agreed vector: what the last sync took and kept,
+ * and, at the end of an interval, the critical-regime test */
+static void ctl_take_agreed(flx_ctl_h h)
+{
+    int nf = h->o.nfractions;
+    const double *a = h->agreed;
+
+    ctl_learn(h, a[nf], a[nf + 1], a[nf + 2]);
+    if (h->have_last && (h->last.coll == CTL_ARTOPK || h->last.coll == CTL_TOPK_AG)) {
+        /* agreed holds the statistics the last sync compressed: its gain at
+         * that fraction is what the sync was predicted to keep */
+        double predicted = ctl_hist_gain_of(h, &h->last);
+        /* the mean over ranks of what each one's top-k kept */
+        ctl_learn_ratio(&h->rank_ratio[h->last.coll], a[nf + 3], predicted);
+        if (h->last_combined >= 0)
+            ctl_learn_ratio(&h->gain_ratio[h->last.coll], h->last_combined, predicted);
+    }
+    h->last_combined = -1;
+    if (h->agreed_interval_end) {
+        double cur[FLX_CTL_MAX_SEGMENTS];
+        int crit = 1;
+
+        for (int s = 0; s < h->o.nsegments; s++)
+            cur[s] = a[nf + CTL_AGREE_FIXED + s];
+        if (h->have_prev)
+            crit = ctl_critical(h->prev_norm, cur, h->o.segments, h->o.nsegments, h->o.eta,
+                                &h->change);
+        memcpy(h->prev_norm, cur, sizeof(cur));
+        h->have_prev = 1;
+        h->critical = crit || h->step < h->critical_until;
+        h->agreed_interval_end = 0;
+    }
 }
 
 flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_report_t *report_p)
 {
     ctl_cand_t cand[CTL_MAX_CANDS];
     flx_ctl_report_t r;
-    int nf, ncand = 0, best, interval_end, probe = 0, measure;
+    flx_request_h xs_req = NULL;
+    int ncand = 0, best, interval_end, probe = 0, measure;
     double t0 = flx_time_now(), t_agree = 0, pred_dense = 0;
-    flx_status_t st;
+    flx_status_t st = FLX_OK;
 
     if (h == NULL || grad == NULL || !(compute_s >= 0)) {
         flx_error(CTRL, h ? h->rank : -1, "flx_ctl_step: %s",
@@ -605,38 +687,27 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
         return FLX_ERR_INVALID_ARG;
     }
     memset(&r, 0, sizeof(r));
-    nf = h->o.nfractions;
-    interval_end = (h->step + 1) % (uint64_t)h->o.interval == 0;
-    ctl_local_stats(h, grad, interval_end);
-    h->agree[nf] = compute_s;
-    h->agree[nf + 1] = h->have_last ? h->last.time_s : 0; /* last sync's comm time */
-    h->agree[nf + 2] = h->have_last ? h->last.score : 0;  /* ... and its selection */
-    h->agree[nf + 3] = h->have_last ? h->last_rank_gain : 0; /* ... and this rank's gain */
-    if (h->N > 1) {
-        t_agree = flx_time_now();
-        st = flx_allreduce(h->comm, h->agree, h->agree, h->nagree, FLX_FLOAT64, FLX_AVG,
-                           FLX_ALGO_AUTO);
-        t_agree = flx_time_now() - t_agree;
+    if (h->agree_req) { /* the last step's statistics: normally here already */
+        double tw = flx_time_now();
+        st = flx_wait(h->agree_req);
+        h->agree_req = NULL;
+        t_agree = flx_time_now() - tw;
         if (st != FLX_OK)
             return st;
     }
-    ctl_learn(h, h->agree[nf], h->agree[nf + 1], h->agree[nf + 2]);
-    if (h->have_last && (h->last.coll == CTL_ARTOPK || h->last.coll == CTL_TOPK_AG))
-        /* the mean over ranks of what each one's top-k kept */
-        ctl_learn_ratio(&h->rank_ratio[h->last.coll], h->agree[nf + 3], h->last_hist_gain);
-    if (interval_end) {
-        double cur[FLX_CTL_MAX_SEGMENTS];
-        int crit = 1;
-
-        for (int s = 0; s < h->o.nsegments; s++)
-            cur[s] = h->agree[nf + CTL_AGREE_FIXED + s];
-        if (h->have_prev)
-            crit = ctl_critical(h->prev_norm, cur, h->o.segments, h->o.nsegments, h->o.eta,
-                                &h->change);
-        memcpy(h->prev_norm, cur, sizeof(cur));
-        h->have_prev = 1;
-        h->critical = crit || h->step < h->critical_until;
+    interval_end = (h->step + 1) % (uint64_t)h->o.interval == 0;
+    /* g + e before the sync changes either */
+    ctl_local_stats(h, grad, interval_end);
+    if (h->step == 0 || h->agreed_step + 1 != h->step) {
+        /* nothing agreed yet: this step's own statistics, waited for */
+        double tw = flx_time_now();
+        st = ctl_agree_start(h, compute_s, interval_end, 1);
+        t_agree += flx_time_now() - tw;
+        if (st != FLX_OK)
+            return st;
+        interval_end = 0; /* taken into account now */
     }
+    ctl_take_agreed(h);
     best = ctl_decide(h, cand, &ncand, &pred_dense, &probe);
     if (h->N == 1) /* nothing to send: the choice is moot, keep everything */
         best = 0;
@@ -647,34 +718,39 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     r.predicted_dense_s = pred_dense;
     r.gain_estimate = cand[best].gain;
     r.bandwidth = 1.0 / h->inv_bw[cand[best].coll];
-    r.compute_s = h->agree[nf];
+    r.compute_s = h->agreed[h->o.nfractions];
     r.agree_s = t_agree;
     r.decide_s = flx_time_now() - t0 - t_agree;
     if (h->log)
         ctl_log(h, cand, ncand, best, pred_dense, r.decide_s, r.agree_s);
-    /* a dense step delivers all of it: nothing to measure, no allreduce */
+    /* a dense step delivers all of it: nothing to measure */
     measure = h->N > 1 && h->step % CTL_GAIN_EVERY == CTL_GAIN_EVERY - 1 &&
               (cand[best].coll == CTL_ARTOPK || cand[best].coll == CTL_TOPK_AG);
-    if (measure) {
-        st = ctl_combined_before(h, grad);
-        if (st != FLX_OK)
-            return st;
-    }
-    h->last_hist_gain = ctl_hist_gain_of(h, &cand[best]);
+    if (measure && (st = ctl_combined_before(h, grad, &xs_req)) != FLX_OK)
+        return st;
     st = ctl_run(h, &cand[best], grad, &r);
+    if (xs_req) {
+        flx_status_t w = flx_wait(xs_req);
+        if (st == FLX_OK)
+            st = w;
+    }
     if (st != FLX_OK)
         return st;
-    r.combined_gain = -1;
-    if (measure)
-        ctl_combined_after(h, &cand[best], grad, &r.combined_gain);
-    /* remembered for the next step's model update: time_s and score carry
-     * the measured comm and selection times into the agreement */
+    r.combined_gain = measure ? ctl_combined_after(h, grad) : -1;
+    /* remembered for the next step: time_s and score carry the measured
+     * comm and selection times into the agreement */
     h->last = cand[best];
     h->last.time_s = r.sync.comm_s;
     h->last.score = r.sync.select_s + r.sync.decompress_s;
     h->last_rank_gain = r.sync.gain;
+    h->last_combined = r.combined_gain;
     h->have_last = 1;
     h->last_probe = probe;
+    /* this step's statistics and timings go out now and are taken at the
+     * next step, after its gradient is computed */
+    st = ctl_agree_start(h, compute_s, interval_end, 0);
+    if (st != FLX_OK)
+        return st;
     h->step++;
     if (report_p)
         *report_p = r;

@@ -519,11 +519,13 @@ typedef struct {
     double predicted_dense_s; /* ... and of the fastest dense candidate     */
     double gain_estimate;     /* predicted gain of the choice               */
     double bandwidth;         /* live estimate of B, bytes/s                */
-    double compute_s;         /* compute time the ranks reported (mean)     */
+    double compute_s;         /* compute time the ranks reported (mean) for */
+                              /* the step the decision's statistics are from */
     double decide_s;          /* this rank's own time to decide: statistics,  */
                               /* model update, scoring (agreement excluded)  */
-    double agree_s;           /* the agreement allreduce, waiting for the     */
-                              /* slowest rank included                        */
+    double agree_s;           /* waiting for the agreement (the slowest rank  */
+                              /* included): the last step's, started when it  */
+                              /* ended; at the first step, its own            */
     double combined_gain;     /* every 10th step: ||S|| / ||X||, S the synced */
                               /* update, X the mean of the ranks' g + e     */
                               /* (sampled); -1 on the other steps           */
@@ -541,7 +543,10 @@ FLX_API flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opt
  * the mean over the ranks out, identical on every rank).  compute_s is the
  * time this rank spent computing the gradient (a model input).  Residuals
  * of compressed steps are kept (error feedback) and sent on a later step;
- * a dense step sends them along.  report_p may be NULL. */
+ * a dense step sends them along.  The ranks agree the decision's inputs
+ * with a non-blocking allreduce started at the end of each step, so the
+ * next step decides on statistics one step old; a collective issued on
+ * comm between two steps runs after it.  report_p may be NULL. */
 FLX_API flx_status_t flx_ctl_step(flx_ctl_h h, float *grad_in_out, double compute_s,
                                   flx_ctl_report_t *report_p);
 /* The learning rate just decayed: the next interval counts as critical.

@@ -328,9 +328,13 @@ static int body_ctl(flx_comm_h comm, int rank, int size, void *arg)
 
         for (size_t i = 0; i < CTL_N; i++)
             g[i] = grad_of(rank, step, i);
-        st = flx_ctl_step(h, g, 0.001 * (rank + 1), &r);
+        st = flx_ctl_step(h, g, 0.001 * (rank + 1) * (step + 1), &r);
         if (st != FLX_OK)
             return mp_fail(rank, "step %d: %s", step, flx_status_string(st));
+        /* the inputs are the mean over the ranks, agreed during the last
+         * step's aftermath: its compute time (the first step waits for its own) */
+        if (fabs(r.compute_s - 0.001 * (size + 1) / 2.0 * (step > 0 ? step : 1)) > 1e-12)
+            return mp_fail(rank, "step %d: agreed compute %g", step, r.compute_s);
         if (r.kept_fraction <= 0 || r.kept_fraction > 1 || r.sync.bytes_sent == 0)
             return mp_fail(rank, "step %d: kept %g, %llu bytes", step, r.kept_fraction,
                            (unsigned long long)r.sync.bytes_sent);
