@@ -56,6 +56,14 @@
  * spent half its 100 Mbit steps on AR-Topk 0.033 and ended 0.61-0.78
  * below dense in three runs, with it 0.37-0.38 below (README "Experiment") */
 #define CTL_FLEX_MIN_GAIN 0.45
+/* flex's weight of time against ln(delta).  At 0.5 (delta per second) a
+ * compressed candidate wins only when its delta exceeds its time over
+ * dense's: at 1 Gbit flex then ran dense in 40-50% of its steps after the
+ * first 150 and reached 85% 1.5-2.4x sooner than dense in three runs.
+ * With error feedback a step loses less than delta suggests (static
+ * topk-ag 0.01, delta about 0.09, needed 349 steps to 85%, dense 299); at
+ * 0.6 three runs were 2.1-2.5x sooner, 0.2-0.4 below dense at the end */
+#define CTL_FLEX_WEIGHT 0.6
 
 struct flx_ctl {
     flx_comm_h comm;
@@ -116,7 +124,7 @@ void flx_ctl_opts_default(flx_ctl_opts_t *o)
     }
     memset(o, 0, sizeof(*o));
     o->mode = FLX_CTL_FLEX;
-    o->weight = 0.5;
+    o->weight = CTL_FLEX_WEIGHT;
     o->nfractions = (int)FLX_ARRAY_SIZE(ctl_default_fractions);
     memcpy(o->fractions, ctl_default_fractions, sizeof(ctl_default_fractions));
     o->eta = 0.5;

@@ -464,7 +464,7 @@ typedef struct flx_ctl *flx_ctl_h;
  *       allgather} x {kept fractions} by predicted time (alpha-beta model,
  *       bandwidth refreshed from live timings, measured selection cost)
  *       and the energy kept, delta = gain^2, take the best
- *       weight ln(T_min/T) + (1-weight) ln(delta) (0.5: delta per second)
+ *       weight ln(T_min/T) + (1-weight) ln(delta) (0.6; 0.5: delta per second)
  *       among dense and the compressed candidates whose gain is at least
  *       min_gain (0.45); in the critical regime no kept fraction below
  *       low_kept.
@@ -493,7 +493,7 @@ enum {
 typedef struct {
     uint64_t field_mask;      /* FLX_CTL_OPT_* bits of the fields set       */
     flx_ctl_mode_t mode;      /* default FLX_CTL_FLEX                       */
-    double weight;            /* FLEX: weight of time, [0, 1], default 0.5  */
+    double weight;            /* FLEX: weight of time, [0, 1], default 0.6  */
     int nfractions;           /* kept fractions tried besides dense: default */
     double fractions[FLX_CTL_MAX_FRACTIONS]; /* 0.1 0.033 0.011 0.004 0.001 */
     double eta;               /* critical if the change is >= eta, default 0.5 */

@@ -18,7 +18,7 @@ out=$(FLX_LOG_LEVEL=info "$top/flxrun" -n 1 "$top/flx-example" 2>&1) || fail "fl
 echo "$out" | grep -q "busy-poll 50 us" && fail "1 rank took the short spin: $out"
 
 "$top/flx-info" | grep -q "build features: tcp" || fail "flx-info has no feature line"
-"$top/flx-info" | grep -q "^# flex defaults: weight 0.5, gain floor 0.45" ||
+"$top/flx-info" | grep -q "^# flex defaults: weight 0.6, gain floor 0.45" ||
     fail "flx-info does not show flex's defaults"
 for knob in FLX_TIMEOUT FLX_ALGO FLX_JOB_SECRET FLX_ROOT FLX_CHUNK_SIZE FLX_LOG_LEVEL; do
     "$top/flx-info" -c | grep -q "^$knob=" || fail "flx-info -c does not list $knob"

@@ -165,12 +165,15 @@ flx_status_t sync_create(flx_comm_h comm, nn_t *nn, const sync_opts_t *o, sync_t
         int nseg = nn_nsegments(nn);
 
         flx_ctl_opts_default(&co);
-        co.field_mask = FLX_CTL_OPT_MODE | FLX_CTL_OPT_WEIGHT | FLX_CTL_OPT_ETA |
-                        FLX_CTL_OPT_INTERVAL | FLX_CTL_OPT_SEGMENTS;
+        co.field_mask = FLX_CTL_OPT_MODE | FLX_CTL_OPT_ETA | FLX_CTL_OPT_INTERVAL |
+                        FLX_CTL_OPT_SEGMENTS;
         co.mode = o->policy == POL_FLEX        ? FLX_CTL_FLEX
                   : o->policy == POL_ACCORDION ? FLX_CTL_ACCORDION
                                                : FLX_CTL_GRAVAC;
-        co.weight = o->weight;
+        if (o->weight >= 0) { /* else the controller's default */
+            co.field_mask |= FLX_CTL_OPT_WEIGHT;
+            co.weight = o->weight;
+        }
         co.eta = o->eta;
         co.interval = o->interval;
         if (o->min_gain >= 0) {

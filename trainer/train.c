@@ -76,7 +76,7 @@ static void usage(FILE *out)
             "  --kept C           topk-ag, artopk: kept fraction (default 0.01)\n"
             "  --leader L         artopk: star, var or vote (default star)\n"
             "  --psgd-rank R      powersgd: rank (default 4)\n"
-            "  --weight W         flex: weight of time against gain, [0, 1] (default 0.5)\n"
+            "  --weight W         flex: weight of time against gain, [0, 1] (default 0.6)\n"
             "  --eta X            accordion, flex: critical-regime threshold (default 0.5)\n"
             "  --interval N       accordion, flex: steps per critical test; selsync: longest\n"
             "                     run without a sync (default 50)\n"
@@ -171,7 +171,7 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
                         .seed = 1, .max_steps = -1};
     o->sync = (sync_opts_t){.policy = POL_DENSE, .algo = FLX_ALGO_AUTO,
                             .bucket_bytes = 4u << 20, .kept = 0.01, .psgd_rank = 4,
-                            .leader = FLX_LEADER_STAR, .weight = 0.5, .eta = 0.5,
+                            .leader = FLX_LEADER_STAR, .weight = -1, .eta = 0.5,
                             .interval = 50, .delta = 0.3, .min_gain = -1};
     while ((c = getopt_long(argc, argv, "h", longopts, &opt_index)) != -1) {
         errno = 0;
