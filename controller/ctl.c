@@ -85,8 +85,8 @@ struct flx_ctl {
 
     int have_last;              /* the last step's choice, for the model    */
     int last_probe;             /* ... was a probe of a stale collective    */
-    double gain_ratio[CTL_COLL_COUNT]; /* EWMA of combined / predicted gain */
-    double rank_ratio[CTL_COLL_COUNT]; /* EWMA of per-rank / predicted gain  */
+    ctl_ratio_t gain_ratio[CTL_COLL_COUNT]; /* combined / predicted gain     */
+    ctl_ratio_t rank_ratio[CTL_COLL_COUNT]; /* per-rank / predicted gain     */
     double last_rank_gain;      /* what this rank's last sync kept          */
     float *xs;                  /* every 4th sample position: mean of g + e */
     size_t nxs;
@@ -279,7 +279,10 @@ flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opts_t *opt
         h->select_s[c] = c == CTL_DENSE_RING || c == CTL_DENSE_TREE ? 0.0 : -1.0;
     h->compute_s = -1;
     for (int c = 0; c < CTL_COLL_COUNT; c++)
-        h->gain_ratio[c] = h->rank_ratio[c] = 1.0;
+    {
+        ctl_ratio_init(&h->gain_ratio[c]);
+        ctl_ratio_init(&h->rank_ratio[c]);
+    }
     h->critical = 1; /* the first interval is critical (Accordion) */
     st = ctl_sample_init(h);
     if (st != FLX_OK)
@@ -428,9 +431,21 @@ static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double selec
     }
 }
 
+/* the index of the fraction in the menu nearest kept */
+static int ctl_frac_index(flx_ctl_h h, double kept)
+{
+    int best = 0;
+
+    for (int f = 1; f < h->o.nfractions; f++)
+        if (fabs(log(h->o.fractions[f] / kept)) < fabs(log(h->o.fractions[best] / kept)))
+            best = f;
+    return best;
+}
+
 static void ctl_candidate(flx_ctl_h h, ctl_cand_t *c, ctl_coll_t coll, double kept, double gain)
 {
     double a, b, sel = h->select_s[coll];
+    int f = ctl_frac_index(h, kept);
 
     ctl_coll_terms(coll, h->N, (double)h->n, kept, &a, &b);
     c->coll = coll;
@@ -438,9 +453,9 @@ static void ctl_candidate(flx_ctl_h h, ctl_cand_t *c, ctl_coll_t coll, double ke
     /* flex: sqrt(delta) of the step, what it delivers of the mean (combined)
      * times what each rank's residual gives up (per rank); GraVAC's and
      * Accordion's gain stays the combined one */
-    c->gain = FLX_MIN(1.0, gain * h->gain_ratio[coll]);
+    c->gain = FLX_MIN(1.0, gain * ctl_ratio_get(&h->gain_ratio[coll], f));
     if (h->o.mode == FLX_CTL_FLEX)
-        c->gain *= FLX_MIN(1.0, gain * h->rank_ratio[coll]);
+        c->gain *= FLX_MIN(1.0, gain * ctl_ratio_get(&h->rank_ratio[coll], f));
     c->time_s = FLX_MAX(0.0, h->compute_s) + (sel > 0 ? sel : 0) + a * h->alpha + b * h->inv_bw[coll];
     c->score = 0;
 }
@@ -449,14 +464,9 @@ static void ctl_candidate(flx_ctl_h h, ctl_cand_t *c, ctl_coll_t coll, double ke
  * fraction (1: dense) */
 static double ctl_hist_gain_of(flx_ctl_h h, const ctl_cand_t *c)
 {
-    int best = 0;
-
     if (c->coll != CTL_ARTOPK && c->coll != CTL_TOPK_AG)
         return 1.0;
-    for (int f = 1; f < h->o.nfractions; f++)
-        if (fabs(log(h->o.fractions[f] / c->kept)) < fabs(log(h->o.fractions[best] / c->kept)))
-            best = f;
-    return h->agreed[best];
+    return h->agreed[ctl_frac_index(h, c->kept)];
 }
 
 /* steps 4 and 5: the candidates and the choice; returns the winner */
@@ -573,13 +583,6 @@ static flx_status_t ctl_run(flx_ctl_h h, const ctl_cand_t *c, float *grad, flx_c
     return st;
 }
 
-/* a learnt measured / predicted gain ratio (at most 4) takes a measurement */
-static void ctl_learn_ratio(double *ratio, double measured, double predicted)
-{
-    if (predicted > 0)
-        *ratio = FLX_MIN(4.0, (1 - CTL_LAMBDA) * *ratio + CTL_LAMBDA * measured / predicted);
-}
-
 /* The gain of the combined update, measured every CTL_GAIN_EVERY steps:
  * before the sync the ranks average x = g + e on every 4th sample position
  * (X = mean x_i); after it the synced gradient there is S = mean C_i(x_i).
@@ -657,10 +660,13 @@ static void ctl_take_agreed(flx_ctl_h h)
         /* agreed holds the statistics the last sync compressed: its gain at
          * that fraction is what the sync was predicted to keep */
         double predicted = ctl_hist_gain_of(h, &h->last);
+        int f = ctl_frac_index(h, h->last.kept);
+
         /* the mean over ranks of what each one's top-k kept */
-        ctl_learn_ratio(&h->rank_ratio[h->last.coll], a[nf + 3], predicted);
+        ctl_ratio_learn(&h->rank_ratio[h->last.coll], f, a[nf + 3], predicted, CTL_LAMBDA);
         if (h->last_combined >= 0)
-            ctl_learn_ratio(&h->gain_ratio[h->last.coll], h->last_combined, predicted);
+            ctl_ratio_learn(&h->gain_ratio[h->last.coll], f, h->last_combined, predicted,
+                            CTL_LAMBDA);
     }
     h->last_combined = -1;
     if (h->agreed_interval_end) {

@@ -89,6 +89,23 @@ int ctl_choose(ctl_cand_t *cand, int n, double weight, double min_kept, double m
 #define CTL_SELECT_WARMUP 2
 double ctl_select_update(double est, double hist[3], int runs, double x, double lambda);
 
+/* A learnt ratio of measured to predicted gain, per collective and per
+ * kept fraction: how much of each rank's energy AR-Topk's leader indices
+ * keep, or how far the allgather's index sets overlap, depends on the
+ * fraction (one ratio per collective let AR-Topk 0.1's measurements lift
+ * 0.033 over the gain floor, and the choice flipped between the two).  A
+ * fraction not measured yet borrows the collective's ratio, which every
+ * fraction's measurements move; a measurement moves both (EWMA lambda,
+ * from the borrowed value for a first one), each at most 4. */
+typedef struct {
+    double coll;                        /* from every fraction             */
+    double frac[FLX_CTL_MAX_FRACTIONS]; /* < 0: not measured yet           */
+} ctl_ratio_t;
+void ctl_ratio_init(ctl_ratio_t *r);
+double ctl_ratio_get(const ctl_ratio_t *r, int f);
+/* nothing learnt for predicted <= 0 or f outside [0, FLX_CTL_MAX_FRACTIONS) */
+void ctl_ratio_learn(ctl_ratio_t *r, int f, double measured, double predicted, double lambda);
+
 /* Hysteresis: keep the current candidate (index cur, -1: none) unless the
  * winner's score beats it by more than margin; returns the index to use. */
 int ctl_hysteresis(const ctl_cand_t *cand, int n, int best, int cur, double margin);

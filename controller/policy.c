@@ -168,6 +168,30 @@ double ctl_select_update(double est, double hist[3], int runs, double x, double 
     return (1 - lambda) * est + lambda * med;
 }
 
+void ctl_ratio_init(ctl_ratio_t *r)
+{
+    r->coll = 1.0;
+    for (int f = 0; f < FLX_CTL_MAX_FRACTIONS; f++)
+        r->frac[f] = -1.0;
+}
+
+double ctl_ratio_get(const ctl_ratio_t *r, int f)
+{
+    return f >= 0 && f < FLX_CTL_MAX_FRACTIONS && r->frac[f] >= 0 ? r->frac[f] : r->coll;
+}
+
+void ctl_ratio_learn(ctl_ratio_t *r, int f, double measured, double predicted, double lambda)
+{
+    double x, prior;
+
+    if (!(predicted > 0) || f < 0 || f >= FLX_CTL_MAX_FRACTIONS)
+        return;
+    x = measured / predicted;
+    prior = ctl_ratio_get(r, f);
+    r->frac[f] = FLX_MIN(4.0, (1 - lambda) * prior + lambda * x);
+    r->coll = FLX_MIN(4.0, (1 - lambda) * r->coll + lambda * x);
+}
+
 int ctl_hysteresis(const ctl_cand_t *cand, int n, int best, int cur, double margin)
 {
     if (cur < 0 || cur >= n || best < 0 || !isfinite(cand[cur].score))

@@ -162,6 +162,36 @@ START_TEST(test_select_update)
 }
 END_TEST
 
+/* Per-fraction gain ratios.  In a 100 Mbit Fashion-MNIST run with one
+ * ratio per collective, AR-Topk 0.1's measurements (ratio about 1) lifted
+ * 0.033 (about 0.8) back over the gain floor every few steps: the choice
+ * flipped between the two.  Each fraction now keeps its own; an unmeasured
+ * one borrows the collective's. */
+START_TEST(test_ratio_per_fraction)
+{
+    ctl_ratio_t r;
+
+    ctl_ratio_init(&r);
+    ck_assert_double_eq(ctl_ratio_get(&r, 1), 1.0);
+    ctl_ratio_learn(&r, 1, 0.4, 0.5, 0.3); /* 0.033 keeps 0.8 of its prediction */
+    ck_assert_double_eq_tol(ctl_ratio_get(&r, 1), 0.7 + 0.3 * 0.8, 1e-12);
+    ck_assert_double_eq_tol(ctl_ratio_get(&r, 2), 0.94, 1e-12); /* 0.011 borrows */
+    for (int i = 0; i < 20; i++)
+        ctl_ratio_learn(&r, 1, 0.4, 0.5, 0.3);
+    for (int i = 0; i < 20; i++) /* then AR-Topk 0.1 runs for a while */
+        ctl_ratio_learn(&r, 0, 0.66, 0.66, 0.3);
+    ck_assert_double_eq_tol(ctl_ratio_get(&r, 0), 1.0, 1e-3);
+    ck_assert_double_eq_tol(ctl_ratio_get(&r, 1), 0.8, 1e-3); /* 0.033 stays down */
+    ck_assert_double_eq(ctl_ratio_get(&r, 3), r.coll); /* unmeasured: the collective's */
+    ctl_ratio_learn(&r, 0, 1e3, 1e-3, 1.0); /* at most 4 */
+    ck_assert_double_eq(ctl_ratio_get(&r, 0), 4.0);
+    ctl_ratio_learn(&r, 2, 1.0, 0.0, 0.3); /* no prediction: nothing learnt */
+    ctl_ratio_learn(&r, FLX_CTL_MAX_FRACTIONS, 1.0, 0.5, 0.3);
+    ck_assert_double_eq(r.frac[2], -1.0);
+    ck_assert_double_eq(ctl_ratio_get(&r, -1), r.coll);
+}
+END_TEST
+
 START_TEST(test_choose_rules)
 {
     ctl_cand_t c[4];
@@ -502,6 +532,7 @@ int main(void)
 
     tcase_add_test(pure, test_terms);
     tcase_add_test(pure, test_select_update);
+    tcase_add_test(pure, test_ratio_per_fraction);
     tcase_add_test(pure, test_hist_gain);
     tcase_add_test(pure, test_critical);
     tcase_add_test(pure, test_learn_model);
