@@ -18,14 +18,16 @@
  *      change seen by one moves the others by the same seconds per
  *      byte), selection cost as an EWMA of the median of the last three
  *      measurements, after two warm-up runs that do not count;
- *   4. the critical-regime test at the end of each interval;
+ *   4. the critical-regime test on the norms of each interval's last
+ *      step (taken, like every agreed input, at the step after it);
  *   5. the choice (ctl_choose or the mode's rule; flex keeps last step's
  *      choice unless the winner scores CTL_MARGIN better, and tries once a
  *      collective whose estimate is stale but whose score is close:
  *      ctl_probe), then the sync;
  *   6. every 10 steps, the gain of the combined update (ctl_combined_*),
- *      which corrects each sparse collective's predicted gain; its small
- *      allreduce runs beside the top-k selection.
+ *      which corrects each sparse candidate's predicted gain.  Its small
+ *      allreduce is blocking: started beside the selection, its rest
+ *      would be timed as the sync's communication, which the model learns.
  */
 #include "controller/ctl.h"
 #include "collectives/coll.h"
@@ -589,10 +591,8 @@ static flx_status_t ctl_run(flx_ctl_h h, const ctl_cand_t *c, float *grad, flx_c
  * ||S|| / ||X|| is what the step delivered of what a dense step would
  * have: each rank's own ||C(x)|| / ||x|| does not see that AR-Topk sends
  * one leader's indices or that the allgather sums N different sets.  Both
- * vectors are the same on every rank, and so is the learnt ratio.  The
- * allreduce of X is started here and runs beside the selection: the
- * sync's own collectives come after it. */
-static flx_status_t ctl_combined_before(flx_ctl_h h, const float *grad, flx_request_h *req_p)
+ * vectors are the same on every rank, and so is the learnt ratio. */
+static flx_status_t ctl_combined_before(flx_ctl_h h, const float *grad)
 {
     const float *e = h->residual_dirty ? flx_gsync_residual(h->topk) : NULL;
 
@@ -600,8 +600,7 @@ static flx_status_t ctl_combined_before(flx_ctl_h h, const float *grad, flx_requ
         size_t i = h->sample_pos[4 * j];
         h->xs[j] = e ? grad[i] + e[i] : grad[i];
     }
-    return flx_iallreduce(h->comm, h->xs, h->xs, h->nxs, FLX_FLOAT32, FLX_AVG, FLX_ALGO_AUTO,
-                          req_p);
+    return flx_allreduce(h->comm, h->xs, h->xs, h->nxs, FLX_FLOAT32, FLX_AVG, FLX_ALGO_AUTO);
 }
 
 static double ctl_combined_after(flx_ctl_h h, const float *grad)
@@ -689,7 +688,6 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
 {
     ctl_cand_t cand[CTL_MAX_CANDS];
     flx_ctl_report_t r;
-    flx_request_h xs_req = NULL;
     int ncand = 0, best, interval_end, probe = 0, measure;
     double t0 = flx_time_now(), t_agree = 0, pred_dense = 0;
     flx_status_t st = FLX_OK;
@@ -740,14 +738,9 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     /* a dense step delivers all of it: nothing to measure */
     measure = h->N > 1 && h->step % CTL_GAIN_EVERY == CTL_GAIN_EVERY - 1 &&
               (cand[best].coll == CTL_ARTOPK || cand[best].coll == CTL_TOPK_AG);
-    if (measure && (st = ctl_combined_before(h, grad, &xs_req)) != FLX_OK)
+    if (measure && (st = ctl_combined_before(h, grad)) != FLX_OK)
         return st;
     st = ctl_run(h, &cand[best], grad, &r);
-    if (xs_req) {
-        flx_status_t w = flx_wait(xs_req);
-        if (st == FLX_OK)
-            st = w;
-    }
     if (st != FLX_OK)
         return st;
     r.combined_gain = measure ? ctl_combined_after(h, grad) : -1;

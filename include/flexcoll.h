@@ -194,7 +194,8 @@ FLX_API flx_status_t flx_comm_link_model(flx_comm_h comm,
 FLX_API flx_status_t flx_comm_calibrate(flx_comm_h comm, flx_link_model_t *per_peer);
 
 /* The algorithm the communicator would pick for an allreduce of count
- * elements of dtype (honours FLX_ALGO).  Same answer on every rank. */
+ * elements of dtype (honours FLX_ALGO).  Same answer on every rank when
+ * read with none of its non-blocking requests in flight (see above). */
 FLX_API flx_algo_t flx_allreduce_algo(flx_comm_h comm, size_t count,
                                       flx_dtype_t dtype);
 /* The model's time in seconds for an allreduce of count elements of dtype
@@ -546,7 +547,9 @@ FLX_API flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opt
  * a dense step sends them along.  The ranks agree the decision's inputs
  * with a non-blocking allreduce started at the end of each step, so the
  * next step decides on statistics one step old; a collective issued on
- * comm between two steps runs after it.  report_p may be NULL. */
+ * comm between two steps runs after it, and flx_comm_link_model /
+ * flx_allreduce_algo read between two steps may differ across ranks.
+ * report_p may be NULL. */
 FLX_API flx_status_t flx_ctl_step(flx_ctl_h h, float *grad_in_out, double compute_s,
                                   flx_ctl_report_t *report_p);
 /* The learning rate just decayed: the next interval counts as critical.
@@ -557,6 +560,9 @@ FLX_API void flx_ctl_lr_changed(flx_ctl_h h);
  * dense).  A position this rank sent in the last step has e = 0 (what
  * momentum correction needs to know).  Valid until the next step. */
 FLX_API const float *flx_ctl_residual(flx_ctl_h h);
+/* Collective: waits for the agreement the last step started (so call it
+ * before flx_comm_destroy, on every rank) and returns its status if it
+ * failed (e.g. FLX_ERR_PEER_LOST), else the gradient sync's teardown's. */
 FLX_API flx_status_t flx_ctl_destroy(flx_ctl_h h);
 FLX_API const char *flx_ctl_mode_name(flx_ctl_mode_t mode);
 

@@ -26,7 +26,7 @@ typedef struct {
     double kept;          /* static top-k policies: kept fraction         */
     int psgd_rank;        /* PowerSGD rank                                */
     flx_leader_t leader;  /* AR-Topk: STAR or VAR                         */
-    double weight;        /* flex: weight of time in the score            */
+    double weight;        /* flex: weight of time (< 0: default)          */
     double eta;           /* accordion / flex: critical threshold         */
     int interval;         /* accordion / flex: steps per critical test    */
     double delta;         /* selsync: relative norm change that syncs     */
