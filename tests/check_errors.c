@@ -70,7 +70,8 @@ static int body_mismatch(flx_comm_h comm, int rank, int size, void *arg)
                            rank == 1 ? FLX_ALGO_TREE : FLX_ALGO_RING);
         break;
     }
-    if (flx_time_now() - t0 > 2.5)
+    /* found by the mismatch check, not by FLX_TIMEOUT (20 s here) */
+    if (flx_time_now() - t0 > 10.0)
         return mp_fail(rank, "the mismatch took %.1f s to detect", flx_time_now() - t0);
     if (!is_error(st))
         return mp_fail(rank, "mismatch %d returned %s", kind, flx_status_string(st));
@@ -118,7 +119,7 @@ static int body_dead_peer(flx_comm_h comm, int rank, int size, void *arg)
         }
         st = flx_allreduce(comm, buf, buf, 1 << 18, FLX_FLOAT32, FLX_SUM,
                            k % 2 ? FLX_ALGO_TREE : FLX_ALGO_RING);
-        if (flx_time_now() - t0 > 3.0 + 2.0)
+        if (flx_time_now() - t0 > 3.0 + 4.0) /* FLX_TIMEOUT + a loaded machine's stalls */
             return mp_fail(rank, "a call took %.1f s", flx_time_now() - t0);
         if (st != FLX_OK)
             break;
@@ -135,7 +136,7 @@ START_TEST(test_dead_peer)
 
     setenv("FLX_TIMEOUT", SHORT_TIMEOUT, 1);
     /* the stopped rank is killed when the harness gives up: not later than
-     * the survivors need (FLX_TIMEOUT 3 s + 2 s each) */
+     * the survivors need (FLX_TIMEOUT 3 s + 4 s each) */
     mp_run(3, body_dead_peer, &sig, sig == SIGSTOP ? 15 : 30, codes);
     for (int r = 0; r < 2; r++)
         ck_assert_msg(codes[r] == 11 || codes[r] == 12, "signal %d rank %d exit %d", sig, r,
