@@ -45,6 +45,28 @@ flx_status_t mp_comm_create(int rank, int size, const char *root, flx_comm_h *co
     return flx_comm_create(&p, comm_p);
 }
 
+int mp_nranks_wanted(int n)
+{
+    const char *v = getenv("FLX_TEST_NRANKS");
+    int wanted = 0;
+
+    if (v == NULL || *v == '\0')
+        return 1;
+    for (const char *p = v;;) {
+        char *end;
+        long k = strtol(p, &end, 10);
+        if (end == p || k < 1 || k > 4096 || (*end != ',' && *end != '\0')) {
+            fprintf(stderr, "FLX_TEST_NRANKS=\"%s\": want rank counts like \"5\" or \"1,2,5\"\n",
+                    v);
+            exit(99);
+        }
+        wanted |= k == n;
+        if (*end == '\0')
+            return wanted;
+        p = end + 1;
+    }
+}
+
 int mp_fail(int rank, const char *fmt, ...)
 {
     va_list ap;

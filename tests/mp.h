@@ -22,6 +22,11 @@ int mp_run_raw(int size, mp_raw_body_t body, void *arg, double timeout_s, int *e
 /* Create the communicator of a test rank explicitly. */
 flx_status_t mp_comm_create(int rank, int size, const char *root, flx_comm_h *comm_p);
 
+/* Whether the rank count n is to be tested: FLX_TEST_NRANKS unset or
+ * empty selects every n; otherwise it lists the counts ("5" or "1,2,5").
+ * A malformed list exits the test program with a message (status 99). */
+int mp_nranks_wanted(int n);
+
 /* Print a failure from inside a rank and return 1. */
 int mp_fail(int rank, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
