@@ -138,9 +138,8 @@ static int big_dtype(flx_dtype_t dt)
     return dt == FLX_FLOAT32 || dt == FLX_FLOAT16 || dt == FLX_INT64;
 }
 
-/* The counts to test, the large one (if dt has it) last; *big_p says
- * whether it is there. */
-static size_t sizes_for(int n, flx_dtype_t dt, size_t big_total, size_t *out, int *big_p)
+/* The counts to test, the large one (if big_dtype(dt)) last. */
+static size_t sizes_for(int n, flx_dtype_t dt, size_t big_total, size_t *out)
 {
     size_t k = 0;
     size_t big = (dt == FLX_FLOAT32 ? big_total : big_total / 4) / flx_dtype_size(dt);
@@ -151,8 +150,7 @@ static size_t sizes_for(int n, flx_dtype_t dt, size_t big_total, size_t *out, in
         out[k++] = (size_t)n - 1;
     out[k++] = (size_t)n + 1;
     out[k++] = 1001;
-    *big_p = big_dtype(dt);
-    if (*big_p)
+    if (big_dtype(dt))
         out[k++] = big + 3; /* >= the large size, not a multiple of anything */
     return k;
 }
@@ -252,10 +250,9 @@ static int body_allreduce(flx_comm_h comm, int rank, int size, void *arg)
     (void)arg;
     for (size_t a = 0; a < 4; a++) {
         for (size_t d = 0; d < 6; d++) {
-            int has_big;
-            size_t ns = sizes_for(size, all_dtypes[d], BIG_BYTES, sizes, &has_big);
+            size_t ns = sizes_for(size, all_dtypes[d], BIG_BYTES, sizes);
             for (size_t s = 0; s < ns; s++) {
-                int big = has_big && s == ns - 1;
+                int big = big_dtype(all_dtypes[d]) && s == ns - 1;
                 for (int op = 0; op < FLX_OP_COUNT; op++) {
                     /* the big size runs sum, and avg in place */
                     if (big && op != FLX_SUM && op != FLX_AVG)
@@ -317,8 +314,7 @@ static int body_allgather(flx_comm_h comm, int rank, int size, void *arg)
         for (size_t d = 0; d < 6; d++) {
             flx_dtype_t dt = all_dtypes[d];
             size_t es = flx_dtype_size(dt);
-            int has_big;
-            size_t ns = sizes_for(size, dt, BIG_BYTES / (size_t)size, sizes, &has_big);
+            size_t ns = sizes_for(size, dt, BIG_BYTES / (size_t)size, sizes);
             for (size_t s = 0; s < ns; s++) {
                 size_t count = sizes[s];
                 int in_place = (int)(s & 1);
@@ -361,8 +357,7 @@ static int body_bcast(flx_comm_h comm, int rank, int size, void *arg)
     for (size_t d = 0; d < 6; d++) {
         flx_dtype_t dt = all_dtypes[d];
         size_t es = flx_dtype_size(dt);
-        int has_big;
-        size_t ns = sizes_for(size, dt, BIG_BYTES, sizes, &has_big);
+        size_t ns = sizes_for(size, dt, BIG_BYTES, sizes);
         for (size_t s = 0; s < ns; s++) {
             for (int k = 0; k < 3; k++) {
                 int root = roots[k];
@@ -395,8 +390,7 @@ static int body_reduce_scatter(flx_comm_h comm, int rank, int size, void *arg)
     for (size_t d = 0; d < 6; d++) {
         flx_dtype_t dt = all_dtypes[d];
         size_t es = flx_dtype_size(dt);
-        int has_big;
-        size_t ns = sizes_for(size, dt, BIG_BYTES / (size_t)size, sizes, &has_big);
+        size_t ns = sizes_for(size, dt, BIG_BYTES / (size_t)size, sizes);
         for (size_t s = 0; s < ns; s++) {
             for (int op = 0; op < FLX_OP_COUNT; op++) {
                 size_t rc_ = sizes[s], total = rc_ * (size_t)size;
@@ -404,7 +398,7 @@ static int body_reduce_scatter(flx_comm_h comm, int rank, int size, void *arg)
                 char *send = malloc(total * es + 1);
                 char *recv = in_place ? send : malloc(rc_ * es + 1);
                 flx_status_t st;
-                if (has_big && s == ns - 1 && op != FLX_SUM && op != FLX_MAX) {
+                if (big_dtype(dt) && s == ns - 1 && op != FLX_SUM && op != FLX_MAX) {
                     free(send);
                     if (!in_place)
                         free(recv);
