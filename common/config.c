@@ -59,6 +59,10 @@ static const cfg_field_t cfg_table[] = {
      OFF(chunk_size), 0, 1, 0, NULL},
     {"TCP_SOCKBUF", "0", "SO_SNDBUF/SO_RCVBUF of data sockets (0: kernel autotuning)", CFG_SIZE,
      OFF(tcp_sockbuf), 0, 0, 0, NULL},
+    {"TCP_PARK", "10ms", "tcp: a message of 64 KiB or more that arrives before its receive is posted "
+     "stays in the socket this long (its receive then takes it straight from the kernel), and "
+     "only after that is read into a buffer of its own; 0 buffers it at once",
+     CFG_TIME, OFF(tcp_park_s), 0, 0, 0, NULL},
     {"CALIBRATE", "yes", "measure alpha and beta when a communicator is created", CFG_BOOL,
      OFF(calibrate), 0, 0, 0, NULL},
     {"ALPHA", "0", "fixed link latency for the cost model (0: measured)", CFG_TIME, OFF(alpha_s), 0,

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -732,6 +733,78 @@ START_TEST(test_chunked_forced)
 }
 END_TEST
 
+/* Messages that arrive before their receive is posted (tcp: parked in
+ * the socket for FLX_TCP_PARK, then buffered).  Two chain broadcasts
+ * from rank 0 (FLX_ALGO=ring) with 64 KiB socket buffers: rank 2 sleeps
+ * (arg: ms) before the first, so rank 1 waits inside it to forward the
+ * data to rank 2 while rank 0, done with it, already sends the second
+ * broadcast's data to rank 1: rank 1 reads that header with no receive
+ * posted.  Then a ring allreduce.  Element i of rank r is i % 7 + r, so
+ * every expected value is exact. */
+static int body_early(flx_comm_h comm, int rank, int size, void *arg)
+{
+    const int late_ms = *(const int *)arg;
+    const size_t count = (1 << 18) + 3;
+    float *a = malloc(count * sizeof(float)), *b = malloc(count * sizeof(float));
+    float *out = malloc(count * sizeof(float));
+    flx_status_t st;
+
+    if (a == NULL || b == NULL || out == NULL)
+        return mp_fail(rank, "out of memory");
+    for (size_t i = 0; i < count; i++) {
+        a[i] = (float)(i % 7 + (size_t)rank);
+        b[i] = (float)(i % 7 + 2 * (size_t)rank);
+    }
+    if (rank == 2)
+        usleep((useconds_t)late_ms * 1000);
+    if ((st = flx_broadcast(comm, a, count, FLX_FLOAT32, 0)) != FLX_OK ||
+        (st = flx_broadcast(comm, b, count, FLX_FLOAT32, 0)) != FLX_OK)
+        return mp_fail(rank, "broadcast: %s", flx_status_string(st));
+    for (size_t i = 0; i < count; i++)
+        if (a[i] != (float)(i % 7) || b[i] != (float)(i % 7))
+            return mp_fail(rank, "broadcast: [%zu] = %g, %g, want %zu", i, a[i], b[i], i % 7);
+    for (size_t i = 0; i < count; i++)
+        a[i] = (float)(i % 7 + (size_t)rank);
+    if ((st = flx_allreduce(comm, a, out, count, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING)) != FLX_OK)
+        return mp_fail(rank, "allreduce: %s", flx_status_string(st));
+    for (size_t i = 0; i < count; i++)
+        if (out[i] != (float)(size * (int)(i % 7) + size * (size - 1) / 2))
+            return mp_fail(rank, "allreduce: [%zu] = %g", i, out[i]);
+    free(a);
+    free(b);
+    free(out);
+    return 0;
+}
+
+/* Early messages buffered at once (FLX_TCP_PARK=0), left in the socket
+ * until their receive comes (10 s: the receive always comes first), and
+ * left there until FLX_TCP_PARK runs out, then buffered (5 ms; rank 2
+ * sleeps 100). */
+START_TEST(test_early_messages)
+{
+    static const struct {
+        const char *park;
+        int late_ms;
+    } cases[] = {{"0", 50}, {"10s", 50}, {"5ms", 100}};
+    int n = sizes_n[_i];
+
+    if (n < 3 || !mp_nranks_wanted(n))
+        return;
+    setenv("FLX_ALGO", "ring", 1);
+    setenv("FLX_TCP_SOCKBUF", "64k", 1);
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        int late_ms = cases[c].late_ms, failed;
+        setenv("FLX_TCP_PARK", cases[c].park, 1);
+        failed = mp_run(n, body_early, &late_ms, 240, NULL);
+        ck_assert_msg(failed == 0, "FLX_TCP_PARK=%s: %d of %d ranks failed", cases[c].park,
+                      failed, n);
+    }
+    unsetenv("FLX_TCP_PARK");
+    unsetenv("FLX_TCP_SOCKBUF");
+    unsetenv("FLX_ALGO");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("collectives");
@@ -748,6 +821,7 @@ int main(void)
     tcase_add_loop_test(tc, test_barrier_async, 0, 6);
     tcase_add_loop_test(tc, test_model_refresh, 0, 6);
     tcase_add_loop_test(tc, test_calibrate, 0, 6);
+    tcase_add_loop_test(tc, test_early_messages, 0, 6);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

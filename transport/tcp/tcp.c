@@ -22,6 +22,12 @@
 /* An unexpected message's buffer starts at this size and doubles as its
  * payload arrives, so a header that lies about its length costs nothing. */
 #define TCP_UNEXP_FIRST ((size_t)1 << 20)
+/* A message at least this long that arrives while no receive from its
+ * peer is posted is left in the socket (parked) for up to FLX_TCP_PARK:
+ * its receive, once posted, takes it straight from the kernel, where
+ * reading it early would cost a buffer (fresh pages) and a second copy,
+ * on a core other ranks may need.  Shorter ones are cheap to buffer. */
+#define TCP_PARK_MIN ((uint64_t)64 << 10)
 
 static void req_finish(tl_req_t *req, flx_status_t st)
 {
@@ -289,6 +295,8 @@ static void unexp_remove(tcp_conn_t *c, tcp_unexp_t *u)
         c->unexp_tail = prev;
 }
 
+static int conn_route_data(tl_ctx_t *ctx, tcp_conn_t *c, int may_park);
+
 static flx_status_t tcp_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void *buf,
                               size_t len, tl_req_t *req)
 {
@@ -342,6 +350,12 @@ static flx_status_t tcp_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void
     else
         c->posted_head = req;
     c->posted_tail = req;
+    if (c->parked) { /* its payload goes here, or (not ours) into a buffer */
+        c->parked = 0;
+        ctx->nparked--;
+        if (conn_route_data(ctx, c, 0) != 0)
+            return ctx->err;
+    }
     return FLX_OK;
 }
 
@@ -349,7 +363,6 @@ static flx_status_t tcp_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void
 static int conn_dispatch_header(tl_ctx_t *ctx, tcp_conn_t *c)
 {
     tcp_hdr_t *h = &c->rhdr;
-    tl_req_t *prev = NULL;
     const char *why;
 
     if (tcp_hdr_decode(&c->rhdr, sizeof(c->rhdr), h, &why) != FLX_OK) {
@@ -382,6 +395,19 @@ static int conn_dispatch_header(tl_ctx_t *ctx, tcp_conn_t *c)
         conn_fail_sends(c, st);
         return 0;
     }
+    return conn_route_data(ctx, c, 1);
+}
+
+/* The DATA header in c->rhdr: its payload goes into the posted receive it
+ * matches; else, when may_park and no receive from this peer is posted
+ * at all (none can be waiting behind it), a long one stays in the socket
+ * (parked: tcp_irecv or tcp_progress routes it again); else into an
+ * unexpected buffer.  0 ok, -1 failed. */
+static int conn_route_data(tl_ctx_t *ctx, tcp_conn_t *c, int may_park)
+{
+    tcp_hdr_t *h = &c->rhdr;
+    tl_req_t *prev = NULL;
+
     for (tl_req_t *r = c->posted_head; r; prev = r, r = r->next) {
         int m = tcp_hdr_match(h, &r->tag, r->len);
         if (m == TCP_HDR_OTHER)
@@ -416,6 +442,12 @@ static int conn_dispatch_header(tl_ctx_t *ctx, tcp_conn_t *c)
                   (unsigned long long)h->len);
         tcp_fail(ctx, FLX_ERR_PROTOCOL, "absurd length");
         return -1;
+    }
+    if (may_park && c->posted_head == NULL && h->len >= TCP_PARK_MIN && ctx->cfg.tcp_park_s > 0) {
+        c->parked = 1;
+        c->parked_at = flx_time_now();
+        ctx->nparked++;
+        return 0;
     }
     c->runexp = calloc(1, sizeof(*c->runexp));
     if (c->runexp) {
@@ -540,7 +572,7 @@ static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c)
     size_t budget = (size_t)16 << 20;
     int drained = 0;
 
-    while (ctx->err == FLX_OK) {
+    while (ctx->err == FLX_OK && !c->parked) {
         int in_payload = c->rreq != NULL || c->runexp != NULL;
         size_t avail = c->ra_len - c->ra_off, want = 0;
         ssize_t n;
@@ -620,6 +652,33 @@ static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c)
     return 0;
 }
 
+/* A parked message buffered after all: its receive was not posted within
+ * FLX_TCP_PARK, or the connection reports an error.  0 ok, -1 failed. */
+static int conn_unpark(tl_ctx_t *ctx, tcp_conn_t *c)
+{
+    c->parked = 0;
+    ctx->nparked--;
+    return conn_route_data(ctx, c, 0);
+}
+
+/* Buffer the parked messages that waited FLX_TCP_PARK: a receive that
+ * waits for a message behind one of them on the same connection, or a
+ * peer whose send waits for room in the socket, is never held up longer
+ * than that. */
+static void expire_parked(tl_ctx_t *ctx)
+{
+    double now = flx_time_now();
+
+    for (int p = 0; p < ctx->size && ctx->nparked > 0 && ctx->err == FLX_OK; p++) {
+        tcp_conn_t *c = &ctx->conns[p];
+        if (c->parked && now - c->parked_at >= ctx->cfg.tcp_park_s) {
+            ctx->park_expired++;
+            if (conn_unpark(ctx, c) == 0)
+                conn_recv_progress(ctx, c);
+        }
+    }
+}
+
 static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
 {
     int n = 0, rc = 0, ms;
@@ -627,12 +686,17 @@ static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
 
     if (ctx->err != FLX_OK)
         return ctx->err;
+    if (ctx->nparked > 0) {
+        expire_parked(ctx);
+        if (ctx->err != FLX_OK)
+            return ctx->err;
+    }
     for (int p = 0; p < ctx->size; p++) {
         tcp_conn_t *c = &ctx->conns[p];
         if (c->fd < 0 || c->eof)
             continue;
-        ctx->pfds[n].fd = c->fd;
-        ctx->pfds[n].events = (short)(POLLIN | (c->sq_head ? POLLOUT : 0));
+        ctx->pfds[n].fd = c->fd; /* a parked one: POLLERR and POLLHUP only */
+        ctx->pfds[n].events = (short)((c->parked ? 0 : POLLIN) | (c->sq_head ? POLLOUT : 0));
         ctx->pfds[n].revents = 0;
         ctx->pfd_peer[n++] = p;
     }
@@ -646,6 +710,8 @@ static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
         sched_yield();
     } while (flx_time_now() < spin_end);
     if (rc == 0 && timeout_s > 0) {
+        if (ctx->nparked > 0) /* wake up to buffer them when their time is up */
+            timeout_s = FLX_MIN(timeout_s, ctx->cfg.tcp_park_s);
         ms = timeout_s > 1.0 ? 1000 : (int)(timeout_s * 1000.0) + 1;
         rc = poll(ctx->pfds, (nfds_t)n, ms);
     }
@@ -661,6 +727,8 @@ static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
         short ev = ctx->pfds[i].revents;
         if (ev & (POLLOUT | POLLERR))
             conn_send_progress(ctx, c);
+        if (c->parked && (ev & (POLLHUP | POLLERR)) && conn_unpark(ctx, c) != 0)
+            break;
         if (ev & (POLLIN | POLLHUP | POLLERR))
             conn_recv_progress(ctx, c);
     }
@@ -716,6 +784,10 @@ static void tcp_destroy(tl_ctx_t *ctx)
 
     if (ctx->conns == NULL)
         goto out_free;
+    if (ctx->park_expired > 0)
+        flx_debug(NET, ctx->rank, "tcp: %lu early messages waited FLX_TCP_PARK (%g ms) for "
+                  "their receive and were then buffered", ctx->park_expired,
+                  ctx->cfg.tcp_park_s * 1e3);
     hdr_from_tag(&bye, TCP_MSG_BYE, NULL, 0);
     for (int p = 0; p < ctx->size; p++) {
         tcp_conn_t *c = &ctx->conns[p];

@@ -47,6 +47,8 @@ typedef struct {
     int bye;                  /* the peer said goodbye                 */
     int errored;              /* the peer reported its failure         */
     int eof;
+    int parked;               /* rhdr is a DATA header nobody waits for */
+    double parked_at;         /* yet: its payload stays in the socket  */
     tl_req_t *sq_head, *sq_tail;
     tl_req_t *posted_head, *posted_tail;
     tcp_unexp_t *unexp_head, *unexp_tail;
@@ -76,6 +78,8 @@ struct tl_ctx {
     uint32_t remote_seq;      /* that one and later ones fail here too   */
     flx_status_t remote_err;
     uint32_t cur_seq;         /* newest collective seen in a request     */
+    int nparked;              /* connections parked (tcp_conn_t.parked)  */
+    unsigned long park_expired; /* parked messages buffered after FLX_TCP_PARK */
     flx_config_t cfg;
 };
 
