@@ -20,7 +20,8 @@ typedef struct {
     size_t offset;
     size_t len;              /* CFG_STRING: buffer size */
     long min, max;           /* CFG_INT bounds; CFG_SIZE: max if > 0;
-                                CFG_SIZE, CFG_TIME: min 1 rejects 0 */
+                                CFG_SIZE, CFG_TIME: min 1 rejects 0;
+                                CFG_TIME: max (seconds) if > 0 */
     const char *const *choices; /* CFG_ENUM, NULL-terminated */
 } cfg_field_t;
 
@@ -61,8 +62,9 @@ static const cfg_field_t cfg_table[] = {
      OFF(tcp_sockbuf), 0, 0, 0, NULL},
     {"TCP_PARK", "10ms", "tcp: a message of 64 KiB or more that arrives before its receive is posted "
      "stays in the socket this long (its receive then takes it straight from the kernel), and "
-     "only after that is read into a buffer of its own; 0 buffers it at once",
-     CFG_TIME, OFF(tcp_park_s), 0, 0, 0, NULL},
+     "only after that is read into a buffer of its own; 0 buffers it at once; at most 1s (a "
+     "failure notice behind a parked message waits as long)",
+     CFG_TIME, OFF(tcp_park_s), 0, 0, 1, NULL},
     {"CALIBRATE", "yes", "measure alpha and beta when a communicator is created", CFG_BOOL,
      OFF(calibrate), 0, 0, 0, NULL},
     {"ALPHA", "0", "fixed link latency for the cost model (0: measured)", CFG_TIME, OFF(alpha_s), 0,
@@ -267,6 +269,7 @@ static const char *kind_expect(const cfg_field_t *f)
     case CFG_SIZE: return f->min > 0 ? "a nonzero size such as 4096, 64k, 4M or 1G"
                                      : "a size such as 4096, 64k, 4M or 1G";
     case CFG_TIME: return f->min > 0 ? "a nonzero time such as 500us, 10ms, 30s or 2m"
+                        : f->max > 0 ? "a time such as 500us or 10ms, at most the limit in its help"
                                      : "a time such as 500us, 10ms, 30s or 2m";
     case CFG_BOOL: return "yes/no, on/off, true/false or 1/0";
     case CFG_STRING: return "a shorter string";
@@ -305,7 +308,8 @@ static int field_parse(const cfg_field_t *f, flx_config_t *cfg, const char *valu
         *(double *)base = d;
         return 0;
     case CFG_TIME:
-        if (flx_parse_time(value, &d) != 0 || (f->min > 0 && d == 0)) return -1;
+        if (flx_parse_time(value, &d) != 0 || (f->min > 0 && d == 0) ||
+            (f->max > 0 && d > (double)f->max)) return -1;
         *(double *)base = d;
         return 0;
     case CFG_BOOL:

@@ -310,7 +310,7 @@ START_TEST(test_load_malformed)
         {"FLX_CALIBRATE", "maybe"},   {"FLX_SPIN", "fast"},        {"FLX_SPIN", "-1us"},
         {"FLX_HANDSHAKE_TIMEOUT", "5h"}, {"FLX_CONNECT_TIMEOUT", "x"}, {"FLX_ALPHA", "fast"},
         {"FLX_BETA", "10Gbit"},       {"FLX_TCP_SOCKBUF", "4x"},    {"FLX_TCP_PARK", "soon"},
-        {"FLX_TCP_PARK", "-5ms"},
+        {"FLX_TCP_PARK", "-5ms"},      {"FLX_TCP_PARK", "2s"},
         {"FLX_IB_EAGER", "2m"},       {"FLX_IB_STAGE_SIZE", "128m"}, {"FLX_IB_STAGE_SLOTS", "-1"},
         {"FLX_IB_STAGE_SLOTS", "4097"},
         /* zero where zero makes no sense, and values that overflow to Inf */

@@ -268,6 +268,17 @@ static flx_status_t mismatch(tl_ctx_t *ctx, tcp_conn_t *c, const tcp_hdr_t *h,
     return FLX_ERR_MISMATCH;
 }
 
+/* Messages from one peer arrive in order: a later collective's message
+ * while we still wait for an earlier one means the peer skipped it. */
+static flx_status_t skipped(tl_ctx_t *ctx, tcp_conn_t *c, uint32_t seq_there, uint32_t seq_here)
+{
+    flx_error(NET, ctx->rank, "rank %d is already at collective #%u while this rank waits "
+              "for its part of #%u (different call sequence on the two ranks)",
+              c->peer, seq_there, seq_here);
+    tcp_fail(ctx, FLX_ERR_MISMATCH, "skipped collective");
+    return FLX_ERR_MISMATCH;
+}
+
 /* The wire's length must be what the receive expects; else fail. */
 static int length_ok(tl_ctx_t *ctx, tcp_conn_t *c, const tcp_hdr_t *h, size_t expected)
 {
@@ -315,6 +326,8 @@ static flx_status_t tcp_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void
     }
     for (tcp_unexp_t *u = c->unexp_head; u; u = u->next) {
         int m = u->claimed ? TCP_HDR_OTHER : tcp_hdr_match(&u->hdr, tag, len);
+        if (m == TCP_HDR_OTHER && !u->claimed && (int32_t)(u->hdr.seq - tag->seq) > 0)
+            return skipped(ctx, c, u->hdr.seq, tag->seq);
         if (m == TCP_HDR_OTHER)
             continue;
         if (m == FLX_ERR_MISMATCH)
@@ -428,13 +441,8 @@ static int conn_route_data(tl_ctx_t *ctx, tcp_conn_t *c, int may_park)
         c->rreq = r;
         return 0;
     }
-    /* messages from one peer arrive in order: a later collective's message
-     * while we still wait for an earlier one means the peer skipped it */
     if (c->posted_head && (int32_t)(h->seq - c->posted_head->tag.seq) > 0) {
-        flx_error(NET, ctx->rank, "rank %d is already at collective #%u while this rank waits "
-                  "for its part of #%u (different call sequence on the two ranks)",
-                  c->peer, h->seq, c->posted_head->tag.seq);
-        tcp_fail(ctx, FLX_ERR_MISMATCH, "skipped collective");
+        skipped(ctx, c, h->seq, c->posted_head->tag.seq);
         return -1;
     }
     if (h->len > TCP_MAX_UNEXPECTED) {
@@ -652,42 +660,50 @@ static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c)
     return 0;
 }
 
-/* A parked message buffered after all: its receive was not posted within
- * FLX_TCP_PARK, or the connection reports an error.  0 ok, -1 failed. */
+/* A parked message buffered after all, and the connection read on: its
+ * receive was not posted within FLX_TCP_PARK, or the peer closed or the
+ * connection failed (what comes after the message says why).  0 ok, -1
+ * failed. */
 static int conn_unpark(tl_ctx_t *ctx, tcp_conn_t *c)
 {
     c->parked = 0;
     ctx->nparked--;
-    return conn_route_data(ctx, c, 0);
+    ctx->park_expired++;
+    if (conn_route_data(ctx, c, 0) != 0)
+        return -1;
+    return conn_recv_progress(ctx, c);
 }
 
 /* Buffer the parked messages that waited FLX_TCP_PARK: a receive that
  * waits for a message behind one of them on the same connection, or a
  * peer whose send waits for room in the socket, is never held up longer
- * than that. */
-static void expire_parked(tl_ctx_t *ctx)
+ * than that.  Returns when the next of the others is due (0: none). */
+static double expire_parked(tl_ctx_t *ctx)
 {
-    double now = flx_time_now();
+    double now = flx_time_now(), due = 0;
 
     for (int p = 0; p < ctx->size && ctx->nparked > 0 && ctx->err == FLX_OK; p++) {
         tcp_conn_t *c = &ctx->conns[p];
-        if (c->parked && now - c->parked_at >= ctx->cfg.tcp_park_s) {
-            ctx->park_expired++;
-            if (conn_unpark(ctx, c) == 0)
-                conn_recv_progress(ctx, c);
-        }
+        double at = c->parked_at + ctx->cfg.tcp_park_s;
+        if (!c->parked)
+            continue;
+        if (at <= now)
+            conn_unpark(ctx, c);
+        else if (due == 0 || at < due)
+            due = at;
     }
+    return ctx->nparked > 0 ? due : 0;
 }
 
 static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
 {
     int n = 0, rc = 0, ms;
-    double spin_end;
+    double spin_end, park_due = 0;
 
     if (ctx->err != FLX_OK)
         return ctx->err;
     if (ctx->nparked > 0) {
-        expire_parked(ctx);
+        park_due = expire_parked(ctx);
         if (ctx->err != FLX_OK)
             return ctx->err;
     }
@@ -695,13 +711,15 @@ static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
         tcp_conn_t *c = &ctx->conns[p];
         if (c->fd < 0 || c->eof)
             continue;
-        ctx->pfds[n].fd = c->fd; /* a parked one: POLLERR and POLLHUP only */
-        ctx->pfds[n].events = (short)((c->parked ? 0 : POLLIN) | (c->sq_head ? POLLOUT : 0));
+        ctx->pfds[n].fd = c->fd; /* a parked one: the peer closing, or errors */
+        ctx->pfds[n].events = (short)((c->parked ? POLLRDHUP : POLLIN) | (c->sq_head ? POLLOUT : 0));
         ctx->pfds[n].revents = 0;
         ctx->pfd_peer[n++] = p;
     }
     /* spin a little (a reply often comes within microseconds and a sleep
      * costs more than that), yielding the core to other ranks, then sleep */
+    if (park_due > 0) /* wake up to buffer a parked message when it is due */
+        timeout_s = FLX_MIN(timeout_s, FLX_MAX(park_due - flx_time_now(), 0.0));
     spin_end = ctx->cfg.spin_s > 0 ? flx_time_now() + FLX_MIN(ctx->cfg.spin_s, timeout_s) : 0;
     do {
         rc = poll(ctx->pfds, (nfds_t)n, 0);
@@ -710,8 +728,8 @@ static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
         sched_yield();
     } while (flx_time_now() < spin_end);
     if (rc == 0 && timeout_s > 0) {
-        if (ctx->nparked > 0) /* wake up to buffer them when their time is up */
-            timeout_s = FLX_MIN(timeout_s, ctx->cfg.tcp_park_s);
+        if (park_due > 0)
+            timeout_s = FLX_MIN(timeout_s, FLX_MAX(park_due - flx_time_now(), 0.0));
         ms = timeout_s > 1.0 ? 1000 : (int)(timeout_s * 1000.0) + 1;
         rc = poll(ctx->pfds, (nfds_t)n, ms);
     }
@@ -727,10 +745,12 @@ static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
         short ev = ctx->pfds[i].revents;
         if (ev & (POLLOUT | POLLERR))
             conn_send_progress(ctx, c);
-        if (c->parked && (ev & (POLLHUP | POLLERR)) && conn_unpark(ctx, c) != 0)
-            break;
-        if (ev & (POLLIN | POLLHUP | POLLERR))
+        if (c->parked) {
+            if ((ev & (POLLRDHUP | POLLHUP | POLLERR)) && conn_unpark(ctx, c) != 0)
+                break;
+        } else if (ev & (POLLIN | POLLHUP | POLLERR)) {
             conn_recv_progress(ctx, c);
+        }
     }
     return ctx->err;
 }
@@ -785,9 +805,9 @@ static void tcp_destroy(tl_ctx_t *ctx)
     if (ctx->conns == NULL)
         goto out_free;
     if (ctx->park_expired > 0)
-        flx_debug(NET, ctx->rank, "tcp: %lu early messages waited FLX_TCP_PARK (%g ms) for "
-                  "their receive and were then buffered", ctx->park_expired,
-                  ctx->cfg.tcp_park_s * 1e3);
+        flx_debug(NET, ctx->rank, "tcp: %lu early messages were parked, then buffered before "
+                  "their receive came (FLX_TCP_PARK %g ms ran out, or the peer closed)",
+                  ctx->park_expired, ctx->cfg.tcp_park_s * 1e3);
     hdr_from_tag(&bye, TCP_MSG_BYE, NULL, 0);
     for (int p = 0; p < ctx->size; p++) {
         tcp_conn_t *c = &ctx->conns[p];
