@@ -268,9 +268,14 @@ static const char *kind_expect(const cfg_field_t *f)
     case CFG_INT: return "an integer in range";
     case CFG_SIZE: return f->min > 0 ? "a nonzero size such as 4096, 64k, 4M or 1G"
                                      : "a size such as 4096, 64k, 4M or 1G";
-    case CFG_TIME: return f->min > 0 ? "a nonzero time such as 500us, 10ms, 30s or 2m"
-                        : f->max > 0 ? "a time such as 500us or 10ms, at most the limit in its help"
-                                     : "a time such as 500us, 10ms, 30s or 2m";
+    case CFG_TIME:
+        if (f->max > 0) {
+            static __thread char buf[64];
+            snprintf(buf, sizeof(buf), "a time of at most %lds such as 500us or 10ms", f->max);
+            return buf;
+        }
+        return f->min > 0 ? "a nonzero time such as 500us, 10ms, 30s or 2m"
+                          : "a time such as 500us, 10ms, 30s or 2m";
     case CFG_BOOL: return "yes/no, on/off, true/false or 1/0";
     case CFG_STRING: return "a shorter string";
     case CFG_ENUM: return "one of the listed choices";
