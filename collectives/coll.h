@@ -68,6 +68,9 @@ flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar
  * creation like the allreduce's: the link's ping-pong alpha does not
  * predict a ring step among ranks that share cores. */
 static inline int model_ag_index(flx_algo_t algo) { return algo == FLX_ALGO_RD; }
+/* The (alpha, 1/beta) the prediction of algo uses: its own, except
+ * Bruck's 1/beta, no less than the ring's (the same bytes, plus copies). */
+model_ab_t model_allgather_ab(flx_algo_t algo, const model_ab_t ag[MODEL_NAG]);
 void model_allgather_terms(flx_algo_t algo, int n, double bytes_per_rank, double *c0_p,
                            double *a_p, double *b_p);
 double model_allgather_time_ab(flx_algo_t algo, int n, double bytes_per_rank, model_ab_t ab);

@@ -210,6 +210,21 @@ flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar
     return (flx_algo_t)(FLX_ALGO_RING + model_pick_index(t, MODEL_NAR, call));
 }
 
+/* Bruck moves the same blocks over the same links as the ring, plus its
+ * local copies: per byte it is never the cheaper, so its 1/beta is taken
+ * no lower than the ring's, whatever a noisy fit says, and it wins only
+ * by its fewer steps (4 ranks on 2 cores: fits that put Bruck's 1/beta
+ * below the ring's made it the choice at 2-8 MiB in 2 of 3 runs, where
+ * the ring was 1.1-1.5x faster). */
+model_ab_t model_allgather_ab(flx_algo_t algo, const model_ab_t ag[MODEL_NAG])
+{
+    model_ab_t ab = ag[model_ag_index(algo)];
+
+    if (algo == FLX_ALGO_RD)
+        ab.inv_bw = FLX_MAX(ab.inv_bw, ag[0].inv_bw);
+    return ab;
+}
+
 /* With N <= 3 Bruck takes as many steps as the ring (ceil(log2 N) = N - 1)
  * and moves the same blocks, plus its local copies, so it is never picked
  * there, whatever a noisy fit says (on 2 ranks the fit took it for
@@ -220,7 +235,8 @@ flx_algo_t model_pick_allgather_explore(int n, double bpr, const model_ab_t ag[M
     double t[MODEL_NAG] = {model_allgather_time_ab(FLX_ALGO_RING, n, bpr, ag[0]),
                            topo_log2_ceil(n) >= n - 1
                                ? 1e300
-                               : model_allgather_time_ab(FLX_ALGO_RD, n, bpr, ag[1])};
+                               : model_allgather_time_ab(FLX_ALGO_RD, n, bpr,
+                                                         model_allgather_ab(FLX_ALGO_RD, ag))};
 
     return model_pick_index(t, MODEL_NAG, call) ? FLX_ALGO_RD : FLX_ALGO_RING;
 }
@@ -796,7 +812,7 @@ double flx_allgather_predict(flx_comm_h comm, size_t count, flx_dtype_t dtype, f
     pthread_mutex_lock(&comm->lock);
     if (algo == FLX_ALGO_AUTO)
         algo = comm_pick_allgather(comm, bpr, FLX_ALGO_AUTO, 0);
-    t = model_allgather_time_ab(algo, comm->size, bpr, comm->ag[model_ag_index(algo)]);
+    t = model_allgather_time_ab(algo, comm->size, bpr, model_allgather_ab(algo, comm->ag));
     pthread_mutex_unlock(&comm->lock);
     return t;
 }

@@ -783,6 +783,21 @@ START_TEST(test_model_allgather_fit)
     ag[1].alpha = 45e-6;
     ck_assert_int_eq(model_pick_allgather_explore(4, 16384, ag, 0), FLX_ALGO_RD);
     ck_assert_int_eq(model_pick_allgather_explore(4, 16.0 * (1 << 20), ag, 0), FLX_ALGO_RING);
+    /* a fit that puts Bruck's 1/beta below the ring's: taken at the ring's,
+     * so Bruck wins by its fewer steps only (small sizes) */
+    {
+        model_ab_t odd[MODEL_NAG] = {link, {link.alpha, link.inv_bw / 100}};
+        ck_assert(model_allgather_ab(FLX_ALGO_RD, odd).inv_bw == link.inv_bw);
+        ck_assert(model_allgather_ab(FLX_ALGO_RD, odd).alpha == link.alpha);
+        ck_assert(model_allgather_ab(FLX_ALGO_RING, odd).inv_bw == link.inv_bw);
+        for (int n = 4; n <= 9; n++) {
+            ck_assert_int_eq(model_pick_allgather_explore(n, 8, odd, 0), FLX_ALGO_RD);
+            ck_assert_int_eq(model_pick_allgather_explore(n, 4.0 * (1 << 20), odd, 0),
+                             FLX_ALGO_RING);
+        }
+        odd[1].inv_bw = 2 * link.inv_bw; /* a dearer fit is kept */
+        ck_assert(model_allgather_ab(FLX_ALGO_RD, odd).inv_bw == 2 * link.inv_bw);
+    }
     /* with 2 or 3 ranks Bruck takes as many steps as the ring: never
      * picked or explored, however cheap its fit */
     for (int n = 2; n <= 4; n++) {
