@@ -552,7 +552,9 @@ static int body_model_refresh(flx_comm_h comm, int rank, int size, void *arg)
     if (size > 1 && !(mine[2] > 0 && mine[3] > 0 && mine[4] > 0))
         return mp_fail(rank, "predictions %g %g %g", mine[2], mine[3], mine[4]);
     /* the allgather's own models: the ring's, which ran, learnt (or not,
-     * off); Bruck's, which never ran, did not move */
+     * off); Bruck's, which never ran, did not move, but its prediction
+     * takes the ring's 1/beta as a floor: with the ring learnt slower it
+     * can only rise */
     for (int a = 0; a < 2; a++)
         mine[5 + a] = flx_allgather_predict(comm, count, FLX_FLOAT32, a ? FLX_ALGO_RD : FLX_ALGO_RING);
     mine[7] = (double)flx_allgather_algo(comm, count, FLX_FLOAT32);
@@ -562,7 +564,8 @@ static int body_model_refresh(flx_comm_h comm, int rank, int size, void *arg)
         flx_allgather_predict(comm, count, FLX_FLOAT32, FLX_ALGO_COUNT) != -1 ||
         flx_allgather_algo(NULL, count, FLX_FLOAT32) != FLX_ALGO_AUTO)
         return mp_fail(rank, "flx_allgather_predict or _algo accepted a bad argument");
-    if (size > 1 && (mine[6] != ag0[1] || !(off ? mine[5] == ag0[0] : mine[5] > 5 * ag0[0]) ||
+    if (size > 1 && (!(off ? mine[6] == ag0[1] : mine[6] >= ag0[1]) ||
+                     !(off ? mine[5] == ag0[0] : mine[5] > 5 * ag0[0]) ||
                      !(ag0[0] > 0) || (mine[7] != FLX_ALGO_RING && mine[7] != FLX_ALGO_RD)))
         return mp_fail(rank, "allgather predictions: ring %g us (started at %g), Bruck %g us "
                        "(started at %g), pick %g", mine[5] * 1e6, ag0[0] * 1e6, mine[6] * 1e6,
