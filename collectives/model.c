@@ -214,8 +214,8 @@ flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar
  * local copies: per byte it is never the cheaper, so its 1/beta is taken
  * no lower than the ring's, whatever a noisy fit says, and it wins only
  * by its fewer steps (4 ranks on 2 cores: fits that put Bruck's 1/beta
- * below the ring's made it the choice at 2-8 MiB in 2 of 3 runs, where
- * the ring was 1.1-1.5x faster). */
+ * below the ring's made it the choice at 2-8 MiB in 1 of 3 runs and at
+ * 512 KiB-1 MiB in another; alone, the ring was 1.0-1.7x faster there). */
 model_ab_t model_allgather_ab(flx_algo_t algo, const model_ab_t ag[MODEL_NAG])
 {
     model_ab_t ab = ag[model_ag_index(algo)];

@@ -308,6 +308,12 @@ static void unexp_remove(tcp_conn_t *c, tcp_unexp_t *u)
 
 static int conn_route_data(tl_ctx_t *ctx, tcp_conn_t *c, int may_park);
 
+static void park_leave(tl_ctx_t *ctx, tcp_conn_t *c)
+{
+    c->parked = 0;
+    ctx->nparked--;
+}
+
 static flx_status_t tcp_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void *buf,
                               size_t len, tl_req_t *req)
 {
@@ -364,8 +370,7 @@ static flx_status_t tcp_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void
         c->posted_head = req;
     c->posted_tail = req;
     if (c->parked) { /* its payload goes here, or (not ours) into a buffer */
-        c->parked = 0;
-        ctx->nparked--;
+        park_leave(ctx, c);
         if (conn_route_data(ctx, c, 0) != 0)
             return ctx->err;
     }
@@ -666,9 +671,8 @@ static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c)
  * failed. */
 static int conn_unpark(tl_ctx_t *ctx, tcp_conn_t *c)
 {
-    c->parked = 0;
-    ctx->nparked--;
-    ctx->park_expired++;
+    park_leave(ctx, c);
+    ctx->park_buffered++;
     if (conn_route_data(ctx, c, 0) != 0)
         return -1;
     return conn_recv_progress(ctx, c);
@@ -804,10 +808,10 @@ static void tcp_destroy(tl_ctx_t *ctx)
 
     if (ctx->conns == NULL)
         goto out_free;
-    if (ctx->park_expired > 0)
+    if (ctx->park_buffered > 0)
         flx_debug(NET, ctx->rank, "tcp: %lu early messages were parked, then buffered before "
                   "their receive came (FLX_TCP_PARK %g ms ran out, or the peer closed)",
-                  ctx->park_expired, ctx->cfg.tcp_park_s * 1e3);
+                  ctx->park_buffered, ctx->cfg.tcp_park_s * 1e3);
     hdr_from_tag(&bye, TCP_MSG_BYE, NULL, 0);
     for (int p = 0; p < ctx->size; p++) {
         tcp_conn_t *c = &ctx->conns[p];

@@ -79,7 +79,7 @@ struct tl_ctx {
     flx_status_t remote_err;
     uint32_t cur_seq;         /* newest collective seen in a request     */
     int nparked;              /* connections parked (tcp_conn_t.parked)  */
-    unsigned long park_expired; /* parked messages buffered before their receive */
+    unsigned long park_buffered; /* parked messages buffered before their receive */
     flx_config_t cfg;
 };
 
