@@ -63,7 +63,8 @@ flx_algo_t comm_pick_allreduce(flx_comm_h comm, size_t count, flx_dtype_t dtype,
     if (run && comm->cfg.model_refresh > 0)
         call = comm->live.autos++;
     return model_pick_allreduce_explore(comm->size, (double)count * flx_dtype_size(dtype),
-                                        comm->ar, (double)comm->cfg.chunk_size, call);
+                                        comm->ar, (double)comm->cfg.chunk_size, call,
+                                        comm->live.ran_ar);
 }
 
 flx_algo_t comm_pick_allgather(flx_comm_h comm, double bpr, flx_algo_t algo, int run)
@@ -76,7 +77,7 @@ flx_algo_t comm_pick_allgather(flx_comm_h comm, double bpr, flx_algo_t algo, int
         return algo;
     if (run && comm->cfg.model_refresh > 0)
         call = comm->live.ag_autos++;
-    return model_pick_allgather_explore(comm->size, bpr, comm->ag, call);
+    return model_pick_allgather_explore(comm->size, bpr, comm->ag, call, comm->live.ran_ag);
 }
 
 flx_algo_t flx_allgather_algo(flx_comm_h comm, size_t count, flx_dtype_t dtype)

@@ -58,11 +58,16 @@ model_ab_t model_allreduce_ab(flx_algo_t algo, int n, const model_ab_t ar[MODEL_
  * runs the runner-up if it is predicted within MODEL_EXPLORE_MARGIN times
  * the best: the live model learns only from what runs, and an algorithm
  * that a stalled fit made look slow would otherwise never run again.  At
- * most 1/64 of the calls, each at most 2x the best prediction. */
+ * most 1/64 of the calls, each at most 2x the best prediction.  Only at a
+ * size the runner-up has run at before, or a smaller one (ran: the largest
+ * size each algorithm ran at, indexed like ar; NULL: any size): its first
+ * run at a larger size would grow its scratch into fresh pages inside the
+ * timed call (a 4 MiB allgather on 4 ranks: Bruck's 16 MiB, 46 ms of page
+ * faults on the development VM, against 3 ms for the call). */
 #define MODEL_EXPLORE 64
 #define MODEL_EXPLORE_MARGIN 2.0
 flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar[MODEL_NAR],
-                                         double chunk, unsigned long call);
+                                         double chunk, unsigned long call, const double *ran);
 /* The allgather's algorithms the same way: ring (index 0) and Bruck
  * (FLX_ALGO_RD, index 1), each with its own (alpha, 1/beta), fitted at
  * creation like the allreduce's: the link's ping-pong alpha does not
@@ -75,7 +80,8 @@ void model_allgather_terms(flx_algo_t algo, int n, double bytes_per_rank, double
                            double *a_p, double *b_p);
 double model_allgather_time_ab(flx_algo_t algo, int n, double bytes_per_rank, model_ab_t ab);
 flx_algo_t model_pick_allgather_explore(int n, double bytes_per_rank,
-                                        const model_ab_t ag[MODEL_NAG], unsigned long call);
+                                        const model_ab_t ag[MODEL_NAG], unsigned long call,
+                                        const double *ran);
 /* Solve a alpha + b inv_bw = t - c0 at two sizes, small and large, each
  * {c0, a, b, t}; 0 and *ab_p set, or -1 (no positive solution) and *ab_p
  * untouched. */

@@ -52,6 +52,11 @@ typedef struct {
     int nbw, nlat;            /* observations since the last agreement    */
     unsigned long autos;      /* automatic allreduce choices made so far   */
     unsigned long ag_autos;   /* ... and allgather choices                 */
+    double ran_ar[MODEL_NAR]; /* the largest size (bytes) each allreduce */
+    double ran_ag[MODEL_NAG]; /* and (per rank) allgather algorithm has
+                                 run at, from the fit on: exploration stays
+                                 within it (the same on every rank: they
+                                 make the same calls)                     */
     double hist[MODEL_NAR + MODEL_NAG][2][2]; /* [ar..., ag...]
                                  [alpha, 1/beta]: the last two
                                  observations (-1: none; the start value

@@ -151,8 +151,10 @@ double model_allreduce_time_ab(flx_algo_t algo, int n, double bytes, model_ab_t 
 
 /* The index of the smallest of t[0, k) (the first of equals; 1e300 and
  * above: not a candidate), or on an exploring call the runner-up's when it
- * is within MODEL_EXPLORE_MARGIN of the best.  t[0] is a candidate. */
-static int model_pick_index(const double *t, int k, unsigned long call)
+ * is within MODEL_EXPLORE_MARGIN of the best and has run at bytes or more
+ * (ran[i]; ran NULL: no limit).  t[0] is a candidate. */
+static int model_pick_index(const double *t, int k, unsigned long call, const double *ran,
+                            double bytes)
 {
     int best = 0, second = -1;
 
@@ -167,7 +169,7 @@ static int model_pick_index(const double *t, int k, unsigned long call)
         }
     }
     if (call % MODEL_EXPLORE == MODEL_EXPLORE - 1 && second >= 0 &&
-        t[second] <= MODEL_EXPLORE_MARGIN * t[best])
+        t[second] <= MODEL_EXPLORE_MARGIN * t[best] && (ran == NULL || ran[second] >= bytes))
         return second;
     return best;
 }
@@ -196,7 +198,7 @@ model_ab_t model_allreduce_ab(flx_algo_t algo, int n, const model_ab_t ar[MODEL_
  * ring, so it is never picked there, whatever a noisy fit says (its 8 B fit
  * coming out below rd's once made 2-rank small allreduces take two trips). */
 flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar[MODEL_NAR],
-                                         double chunk, unsigned long call)
+                                         double chunk, unsigned long call, const double *ran)
 {
     double t[MODEL_NAR];
 
@@ -207,7 +209,7 @@ flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar
                    : model_allreduce_time_ab(algo, n, bytes, model_allreduce_ab(algo, n, ar),
                                              chunk);
     }
-    return (flx_algo_t)(FLX_ALGO_RING + model_pick_index(t, MODEL_NAR, call));
+    return (flx_algo_t)(FLX_ALGO_RING + model_pick_index(t, MODEL_NAR, call, ran, bytes));
 }
 
 /* Bruck moves the same blocks over the same links as the ring, plus its
@@ -230,7 +232,7 @@ model_ab_t model_allgather_ab(flx_algo_t algo, const model_ab_t ag[MODEL_NAG])
  * there, whatever a noisy fit says (on 2 ranks the fit took it for
  * 64 KiB-8 MiB in 2 of 6 runs, where the ring was 1.04-2.0x faster). */
 flx_algo_t model_pick_allgather_explore(int n, double bpr, const model_ab_t ag[MODEL_NAG],
-                                        unsigned long call)
+                                        unsigned long call, const double *ran)
 {
     double t[MODEL_NAG] = {model_allgather_time_ab(FLX_ALGO_RING, n, bpr, ag[0]),
                            topo_log2_ceil(n) >= n - 1
@@ -238,12 +240,12 @@ flx_algo_t model_pick_allgather_explore(int n, double bpr, const model_ab_t ag[M
                                : model_allgather_time_ab(FLX_ALGO_RD, n, bpr,
                                                          model_allgather_ab(FLX_ALGO_RD, ag))};
 
-    return model_pick_index(t, MODEL_NAG, call) ? FLX_ALGO_RD : FLX_ALGO_RING;
+    return model_pick_index(t, MODEL_NAG, call, ran, bpr) ? FLX_ALGO_RD : FLX_ALGO_RING;
 }
 
 flx_algo_t model_pick_allreduce_ab(int n, double bytes, const model_ab_t ar[MODEL_NAR], double chunk)
 {
-    return model_pick_allreduce_explore(n, bytes, ar, chunk, 0);
+    return model_pick_allreduce_explore(n, bytes, ar, chunk, 0, NULL);
 }
 
 flx_algo_t model_pick_allreduce(int n, double bytes, double alpha, double beta, double chunk)
@@ -276,7 +278,7 @@ flx_algo_t model_pick_allgather(int n, double bpr, double alpha, double beta)
 {
     const model_ab_t ag[MODEL_NAG] = {{alpha, 1.0 / beta}, {alpha, 1.0 / beta}};
 
-    return model_pick_allgather_explore(n, bpr, ag, 0);
+    return model_pick_allgather_explore(n, bpr, ag, 0, NULL);
 }
 
 int model_pick_bcast_chain(int n, double bytes, double alpha, double beta, double chunk)
@@ -413,6 +415,11 @@ static flx_status_t model_agree_live(flx_comm_h comm)
                  "%.3g GB/s (was %.3g); the ring's beta %.3g GB/s (was %.3g)", link.alpha_s * 1e6,
                  link.beta_bytes_per_s / 1e9, comm->model.beta_bytes_per_s / 1e9,
                  1.0 / ar[0].inv_bw / 1e9, 1.0 / comm->ar[0].inv_bw / 1e9);
+    flx_debug(COLL, comm->rank, "live model agreed: alpha (us) / beta (GB/s): ring %.1f / %.3g, "
+              "tree %.1f / %.3g, rd %.1f / %.3g; allgather ring %.1f / %.3g, Bruck %.1f / %.3g",
+              ar[0].alpha * 1e6, 1e-9 / ar[0].inv_bw, ar[1].alpha * 1e6, 1e-9 / ar[1].inv_bw,
+              ar[2].alpha * 1e6, 1e-9 / ar[2].inv_bw, ag[0].alpha * 1e6, 1e-9 / ag[0].inv_bw,
+              ag[1].alpha * 1e6, 1e-9 / ag[1].inv_bw);
     comm_set_model(comm, link, ar, ag);
     /* go on from the agreed values, within the bounds of the start */
     lv->link = (model_ab_t){link.alpha_s, 1.0 / link.beta_bytes_per_s};
@@ -420,6 +427,19 @@ static flx_status_t model_agree_live(flx_comm_h comm)
     memcpy(lv->ag, ag, sizeof(ag));
     lv->nbw = lv->nlat = 0;
     return FLX_OK;
+}
+
+/* algo ran at bytes (per rank for the allgather) */
+static void model_ran(flx_comm_h comm, int kind, flx_algo_t algo, double bytes)
+{
+    double *ran = NULL;
+
+    if (kind == COLL_ALLREDUCE && algo >= FLX_ALGO_RING && algo < FLX_ALGO_RING + MODEL_NAR)
+        ran = &comm->live.ran_ar[algo - FLX_ALGO_RING];
+    else if (kind == COLL_ALLGATHER && (algo == FLX_ALGO_RING || algo == FLX_ALGO_RD))
+        ran = &comm->live.ran_ag[model_ag_index(algo)];
+    if (ran)
+        *ran = FLX_MAX(*ran, bytes);
 }
 
 flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double bytes, double t)
@@ -430,6 +450,7 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
     double (*hist)[2];
     int which, ai = (int)algo - FLX_ALGO_RING, gi = model_ag_index(algo);
 
+    model_ran(comm, kind, algo, bytes);
     if (comm->cfg.model_refresh <= 0 || comm->size < 2 || !(bytes > 0))
         return FLX_OK;
     if (!lv->started)
@@ -537,6 +558,8 @@ static flx_status_t model_fit(flx_comm_h comm, model_ab_t ar[MODEL_NAR], model_a
             double t;
 
             st = model_fit_run(comm, i, buf, count, &t);
+            model_ran(comm, i < MODEL_NAR ? COLL_ALLREDUCE : COLL_ALLGATHER, model_fit_algo(i),
+                      (double)count * sizeof(float));
             if (rep < SMALL_REPS)
                 small[i][rep] = t;
             else

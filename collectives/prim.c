@@ -19,6 +19,8 @@ void coll_begin(flx_comm_h comm, int kind, flx_algo_t algo, flx_dtype_t dtype,
     comm->tag.op = (uint16_t)op;
     comm->tag.count = count;
     comm->coll_name = name;
+    flx_trace(COLL, comm->rank, "%s #%u: %s, count %zu", name, comm->tag.seq, flx_algo_name(algo),
+              count);
 }
 
 /* Every failure a primitive returns fails the communicator at once (the

@@ -639,7 +639,7 @@ START_TEST(test_model_explore)
     ck_assert(model_allreduce_time_ab(FLX_ALGO_RD, 4, s, ar[2], CHUNK) <
               model_allreduce_time_ab(FLX_ALGO_TREE, 4, s, ar[1], CHUNK));
     for (unsigned long call = 0; call < 10 * MODEL_EXPLORE; call++) {
-        flx_algo_t a = model_pick_allreduce_explore(4, s, ar, CHUNK, call);
+        flx_algo_t a = model_pick_allreduce_explore(4, s, ar, CHUNK, call, NULL);
         if (call % MODEL_EXPLORE == MODEL_EXPLORE - 1) {
             ck_assert_int_eq(a, FLX_ALGO_RD);
             explored++;
@@ -648,17 +648,30 @@ START_TEST(test_model_explore)
         }
     }
     ck_assert_int_eq(explored, 10);
+    /* only at sizes the runner-up has run at: rd up to 16 MiB, so not at
+     * 64 MiB; up to 64 MiB, so there too */
+    {
+        double ran[MODEL_NAR] = {s, s, 16.0 * (1 << 20)};
+        for (unsigned long call = 0; call < 2 * MODEL_EXPLORE; call++)
+            ck_assert_int_eq(model_pick_allreduce_explore(4, s, ar, CHUNK, call, ran),
+                             FLX_ALGO_RING);
+        ran[2] = s;
+        ck_assert_int_eq(model_pick_allreduce_explore(4, s, ar, CHUNK, MODEL_EXPLORE - 1, ran),
+                         FLX_ALGO_RD);
+        ck_assert_int_eq(model_pick_allreduce_explore(4, s / 2, ar, CHUNK, MODEL_EXPLORE - 1, ran),
+                         FLX_ALGO_RD);
+    }
     /* a runner-up predicted more than 2x slower is never run */
     ar[FLX_ALGO_TREE - FLX_ALGO_RING].inv_bw = 3.0 / BETA;
     ar[FLX_ALGO_RD - FLX_ALGO_RING].inv_bw = 3.0 / BETA;
     for (unsigned long call = 0; call < 2 * MODEL_EXPLORE; call++)
-        ck_assert_int_eq(model_pick_allreduce_explore(4, s, ar, CHUNK, call), FLX_ALGO_RING);
+        ck_assert_int_eq(model_pick_allreduce_explore(4, s, ar, CHUNK, call, NULL), FLX_ALGO_RING);
     /* 2 ranks: the tree is never the runner-up either */
     for (int i = 0; i < MODEL_NAR; i++)
         ar[i] = (model_ab_t){ALPHA, 1.0 / BETA};
     ar[FLX_ALGO_TREE - FLX_ALGO_RING] = (model_ab_t){ALPHA / 100, 0.01 / BETA};
     for (unsigned long call = 0; call < 2 * MODEL_EXPLORE; call++)
-        ck_assert_int_ne(model_pick_allreduce_explore(2, 8, ar, CHUNK, call), FLX_ALGO_TREE);
+        ck_assert_int_ne(model_pick_allreduce_explore(2, 8, ar, CHUNK, call, NULL), FLX_ALGO_TREE);
 }
 END_TEST
 
@@ -775,14 +788,14 @@ START_TEST(test_model_allgather_fit)
     /* the link's constants for both: the old pick */
     ag[0] = ag[1] = link;
     for (double s = 1; s <= 1e9; s *= 4.1)
-        ck_assert_int_eq(model_pick_allgather_explore(4, s, ag, 0),
+        ck_assert_int_eq(model_pick_allgather_explore(4, s, ag, 0, NULL),
                          model_pick_allgather(4, s, link.alpha, 1.0 / link.inv_bw));
-    ck_assert_int_eq(model_pick_allgather_explore(4, 16384, ag, 0), FLX_ALGO_RING);
+    ck_assert_int_eq(model_pick_allgather_explore(4, 16384, ag, 0, NULL), FLX_ALGO_RING);
     /* each its own: a ring step of 60 us, a Bruck step of 45 us */
     ag[0].alpha = 60e-6;
     ag[1].alpha = 45e-6;
-    ck_assert_int_eq(model_pick_allgather_explore(4, 16384, ag, 0), FLX_ALGO_RD);
-    ck_assert_int_eq(model_pick_allgather_explore(4, 16.0 * (1 << 20), ag, 0), FLX_ALGO_RING);
+    ck_assert_int_eq(model_pick_allgather_explore(4, 16384, ag, 0, NULL), FLX_ALGO_RD);
+    ck_assert_int_eq(model_pick_allgather_explore(4, 16.0 * (1 << 20), ag, 0, NULL), FLX_ALGO_RING);
     /* a fit that puts Bruck's 1/beta below the ring's: taken at the ring's,
      * so Bruck wins by its fewer steps only (small sizes) */
     {
@@ -791,8 +804,8 @@ START_TEST(test_model_allgather_fit)
         ck_assert(model_allgather_ab(FLX_ALGO_RD, odd).alpha == link.alpha);
         ck_assert(model_allgather_ab(FLX_ALGO_RING, odd).inv_bw == link.inv_bw);
         for (int n = 4; n <= 9; n++) {
-            ck_assert_int_eq(model_pick_allgather_explore(n, 8, odd, 0), FLX_ALGO_RD);
-            ck_assert_int_eq(model_pick_allgather_explore(n, 4.0 * (1 << 20), odd, 0),
+            ck_assert_int_eq(model_pick_allgather_explore(n, 8, odd, 0, NULL), FLX_ALGO_RD);
+            ck_assert_int_eq(model_pick_allgather_explore(n, 4.0 * (1 << 20), odd, 0, NULL),
                              FLX_ALGO_RING);
         }
         odd[1].inv_bw = 2 * link.inv_bw; /* a dearer fit is kept */
@@ -804,14 +817,14 @@ START_TEST(test_model_allgather_fit)
         model_ab_t cheap[MODEL_NAG] = {link, {link.alpha / 100, link.inv_bw / 100}};
         for (unsigned long call = 0; call < 2 * MODEL_EXPLORE && n <= 3; call++)
             for (double s = 1; s <= 1e9; s *= 9.7)
-                ck_assert_int_eq(model_pick_allgather_explore(n, s, cheap, call), FLX_ALGO_RING);
+                ck_assert_int_eq(model_pick_allgather_explore(n, s, cheap, call, NULL), FLX_ALGO_RING);
         if (n == 4) /* one step less than the ring: the cheap fit wins */
-            ck_assert_int_eq(model_pick_allgather_explore(n, 8, cheap, 0), FLX_ALGO_RD);
+            ck_assert_int_eq(model_pick_allgather_explore(n, 8, cheap, 0, NULL), FLX_ALGO_RD);
     }
     /* exploring: at 128 KiB per rank the two are within 2x of each other */
     for (unsigned long call = 0; call < 4 * MODEL_EXPLORE; call++) {
-        flx_algo_t a = model_pick_allgather_explore(4, 131072, ag, call);
-        flx_algo_t best = model_pick_allgather_explore(4, 131072, ag, 0);
+        flx_algo_t a = model_pick_allgather_explore(4, 131072, ag, call, NULL);
+        flx_algo_t best = model_pick_allgather_explore(4, 131072, ag, 0, NULL);
         if (call % MODEL_EXPLORE == MODEL_EXPLORE - 1) {
             ck_assert_int_ne(a, best);
             explored++;
@@ -820,11 +833,24 @@ START_TEST(test_model_allgather_fit)
         }
     }
     ck_assert_int_eq(explored, 4);
+    /* nor one that has not run at that size: Bruck at 128 KiB per rank
+     * after runs up to 64 KiB, then after one at 128 KiB */
+    {
+        flx_algo_t best = model_pick_allgather_explore(4, 131072, ag, 0, NULL);
+        double ran[MODEL_NAG] = {1e9, 1e9};
+
+        ran[model_ag_index(best == FLX_ALGO_RING ? FLX_ALGO_RD : FLX_ALGO_RING)] = 65536;
+        ck_assert_int_eq(model_pick_allgather_explore(4, 131072, ag, MODEL_EXPLORE - 1, ran), best);
+        ck_assert_int_eq(model_pick_allgather_explore(4, 65536, ag, 0, NULL), best);
+        ck_assert_int_ne(model_pick_allgather_explore(4, 65536, ag, MODEL_EXPLORE - 1, ran), best);
+        ran[0] = ran[1] = 131072;
+        ck_assert_int_ne(model_pick_allgather_explore(4, 131072, ag, MODEL_EXPLORE - 1, ran), best);
+    }
     /* but not a runner-up predicted more than 2x slower: 8 B on 4 ranks
      * with a ring step 10x Bruck's */
     ag[0].alpha = 10 * ag[1].alpha;
     for (unsigned long call = 0; call < 2 * MODEL_EXPLORE; call++)
-        ck_assert_int_eq(model_pick_allgather_explore(4, 8, ag, call), FLX_ALGO_RD);
+        ck_assert_int_eq(model_pick_allgather_explore(4, 8, ag, call, NULL), FLX_ALGO_RD);
 }
 END_TEST
 
