@@ -35,9 +35,11 @@
  * link that slows down shows in it whatever runs.  Each rank keeps EWMAs of its
  * own; every FLX_MODEL_REFRESH bandwidth-dominated observations (or 64
  * times as many latency-dominated ones) the ranks agree, in one small
- * allreduce at the same point of their call sequence, on the largest value
- * any rank saw: a collective is over for the job when its slowest rank is
- * done, and that is what the benchmarks time.
+ * allreduce at the same point of their call sequence, on the largest 1/beta
+ * any rank saw (a collective is over for the job when its slowest rank is
+ * done, and that is what the benchmarks time) and the smallest alpha (a
+ * latency-bound call's time on a rank that arrived early is mostly its
+ * wait for the others: model_agree_live).
  */
 #include "collectives/coll.h"
 #include "collectives/topo.h"
@@ -379,7 +381,14 @@ void comm_set_model(flx_comm_h comm, flx_link_model_t link, const model_ab_t ar[
     pthread_mutex_unlock(&comm->lock);
 }
 
-/* every rank's EWMAs in, the largest of each out, on every rank */
+/* every rank's EWMAs in, on every rank the largest 1/beta and the
+ * smallest alpha out (alpha as -alpha, so that one MAX does both).  The
+ * time of a latency-bound call includes this rank's wait for the last
+ * one to arrive: after a long collective that is the time the slowest
+ * rank took longer, and the largest alpha then grew with every such call
+ * (the perf tool's small result check after each size of a 4-rank sweep:
+ * rd's alpha from 50 us to 1 ms, the link's to 13 ms, and the small
+ * checks picked the ring).  The rank that arrived last waited for no one. */
 static flx_status_t model_agree_live(flx_comm_h comm)
 {
     model_live_t *lv = &comm->live;
@@ -388,11 +397,11 @@ static flx_status_t model_agree_live(flx_comm_h comm)
     flx_link_model_t link;
     flx_status_t st;
 
-    vals[0] = lv->link.alpha;
+    vals[0] = -lv->link.alpha;
     vals[1] = lv->link.inv_bw;
     for (int i = 0; i < MODEL_NAR + MODEL_NAG; i++) {
         const model_ab_t *m = i < MODEL_NAR ? &lv->ar[i] : &lv->ag[i - MODEL_NAR];
-        vals[2 + 2 * i] = m->alpha;
+        vals[2 + 2 * i] = -m->alpha;
         vals[3 + 2 * i] = m->inv_bw;
     }
     coll_begin(comm, COLL_CALIBRATE, FLX_ALGO_RD, FLX_FLOAT64, FLX_MAX, FLX_ARRAY_SIZE(vals),
@@ -400,10 +409,10 @@ static flx_status_t model_agree_live(flx_comm_h comm)
     st = coll_allreduce_rd(comm, vals, vals, FLX_ARRAY_SIZE(vals), FLX_FLOAT64, FLX_MAX);
     if (st != FLX_OK)
         return st;
-    link.alpha_s = vals[0];
+    link.alpha_s = -vals[0];
     link.beta_bytes_per_s = 1.0 / vals[1];
     for (int i = 0; i < MODEL_NAR + MODEL_NAG; i++) {
-        model_ab_t m = {vals[2 + 2 * i], vals[3 + 2 * i]};
+        model_ab_t m = {-vals[2 + 2 * i], vals[3 + 2 * i]};
         if (i < MODEL_NAR)
             ar[i] = m;
         else
