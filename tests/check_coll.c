@@ -582,6 +582,36 @@ static int body_model_refresh(flx_comm_h comm, int rank, int size, void *arg)
     return 0;
 }
 
+/* The live model's alpha is agreed by its smallest value: rank 0 comes
+ * to each of 100 small allreduces 10 ms after the others, so every other
+ * rank's call takes about 10 ms, most of it waiting; rank 0's, a few
+ * round trips.  Past the 64 latency-bound observations that make the ranks
+ * agree (FLX_MODEL_REFRESH=1), every rank must predict the small call
+ * from rank 0's view, well under the 10 ms (the largest alpha would be
+ * about 10 ms over the steps). */
+static int body_model_late_rank(flx_comm_h comm, int rank, int size, void *arg)
+{
+    double x[8], pred;
+    flx_status_t st;
+
+    (void)arg;
+    for (int it = 0; it < 100; it++) {
+        for (int i = 0; i < 8; i++)
+            x[i] = rank + i + it;
+        if (rank == 0)
+            usleep(10000);
+        if ((st = flx_allreduce(comm, x, x, 8, FLX_FLOAT64, FLX_SUM, FLX_ALGO_RD)) != FLX_OK)
+            return mp_fail(rank, "allreduce %d: %s", it, flx_status_string(st));
+        for (int i = 0; i < 8; i++)
+            if (x[i] != size * (i + it) + size * (size - 1) / 2.0)
+                return mp_fail(rank, "allreduce %d: element %d is %g", it, i, x[i]);
+    }
+    pred = flx_allreduce_predict(comm, 8, FLX_FLOAT64, FLX_ALGO_RD);
+    if (!(pred > 0 && pred < 3e-3))
+        return mp_fail(rank, "rd predicted at %.3f ms for 64 bytes after a late rank 0", pred * 1e3);
+    return 0;
+}
+
 /* flx_comm_calibrate: every peer measured (own entry 0), and the model
  * every rank now holds is exactly the worst link any rank measured */
 static int body_calibrate(flx_comm_h comm, int rank, int size, void *arg)
@@ -666,6 +696,22 @@ START_TEST(test_model_refresh)
     failed = mp_run(n, body_model_refresh, NULL, 240, NULL);
     model_env("0");
     failed += mp_run(n, body_model_refresh, "off", 240, NULL);
+    model_env_clear();
+    ck_assert_msg(failed == 0, "%d ranks failed (N = %d)", failed, n);
+}
+END_TEST
+
+START_TEST(test_model_late_rank)
+{
+    int n = sizes_n[_i], failed;
+
+    if (n < 2 || !mp_nranks_wanted(n))
+        return;
+    setenv("FLX_CALIBRATE", "no", 1);
+    setenv("FLX_ALPHA", "20us", 1);
+    setenv("FLX_BETA", "1G", 1);
+    setenv("FLX_MODEL_REFRESH", "1", 1);
+    failed = mp_run(n, body_model_late_rank, NULL, 240, NULL);
     model_env_clear();
     ck_assert_msg(failed == 0, "%d ranks failed (N = %d)", failed, n);
 }
@@ -825,6 +871,7 @@ int main(void)
     tcase_add_loop_test(tc, test_reduce_scatter, 0, 6);
     tcase_add_loop_test(tc, test_barrier_async, 0, 6);
     tcase_add_loop_test(tc, test_model_refresh, 0, 6);
+    tcase_add_loop_test(tc, test_model_late_rank, 0, 6);
     tcase_add_loop_test(tc, test_calibrate, 0, 6);
     tcase_add_loop_test(tc, test_early_messages, 0, 6);
     suite_add_tcase(s, tc);
