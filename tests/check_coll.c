@@ -583,23 +583,25 @@ static int body_model_refresh(flx_comm_h comm, int rank, int size, void *arg)
 }
 
 /* The live model's alpha is agreed by its smallest value: rank 0 comes
- * to each of 100 small allreduces 10 ms after the others, so every other
- * rank's call takes about 10 ms, most of it waiting; rank 0's, a few
+ * to each of 80 small allreduces 20 ms after the others, so every other
+ * rank's call takes about 20 ms, most of it waiting; rank 0's, a few
  * round trips.  Past the 64 latency-bound observations that make the ranks
  * agree (FLX_MODEL_REFRESH=1), every rank must predict the small call
- * from rank 0's view, well under the 10 ms (the largest alpha would be
- * about 10 ms over the steps). */
+ * from rank 0's view, under half the 20 ms (the largest alpha predicted it
+ * at the 20 ms; in the SoftRoCE VM's emulation rank 0's own call is
+ * predicted at about 4 ms). */
+#define LATE_US 20000
 static int body_model_late_rank(flx_comm_h comm, int rank, int size, void *arg)
 {
     double x[8], pred;
     flx_status_t st;
 
     (void)arg;
-    for (int it = 0; it < 100; it++) {
+    for (int it = 0; it < 80; it++) {
         for (int i = 0; i < 8; i++)
             x[i] = rank + i + it;
         if (rank == 0)
-            usleep(10000);
+            usleep(LATE_US);
         if ((st = flx_allreduce(comm, x, x, 8, FLX_FLOAT64, FLX_SUM, FLX_ALGO_RD)) != FLX_OK)
             return mp_fail(rank, "allreduce %d: %s", it, flx_status_string(st));
         for (int i = 0; i < 8; i++)
@@ -607,7 +609,7 @@ static int body_model_late_rank(flx_comm_h comm, int rank, int size, void *arg)
                 return mp_fail(rank, "allreduce %d: element %d is %g", it, i, x[i]);
     }
     pred = flx_allreduce_predict(comm, 8, FLX_FLOAT64, FLX_ALGO_RD);
-    if (!(pred > 0 && pred < 3e-3))
+    if (!(pred > 0 && pred < 0.5e-6 * LATE_US))
         return mp_fail(rank, "rd predicted at %.3f ms for 64 bytes after a late rank 0", pred * 1e3);
     return 0;
 }
