@@ -2,6 +2,7 @@
  * stranger at the root, a wrong secret, bad arguments and malformed
  * environment values, each on real forked ranks over real sockets. */
 #include "tests/mp.h"
+#include "collectives/comm.h"
 #include "common/time.h"
 #include "transport/auth.h"
 #include "transport/sock.h"
@@ -97,6 +98,72 @@ START_TEST(test_mismatch)
     ck_assert_msg(mismatches >= 2, "kind %d: only %d ranks saw FLX_ERR_MISMATCH", kind,
                   mismatches);
     unsetenv("FLX_TIMEOUT");
+}
+END_TEST
+
+/* A receive that finds a later collective's message from its peer already
+ * buffered fails at once (tcp_irecv's own check, not the one made when a
+ * header meets a posted receive): rank 1 sends a message of the collective
+ * after the next one; rank 0 lets it arrive and be buffered (16 bytes, no
+ * receive posted), then posts the next collective's receive from rank 1.
+ * Over the transport's own ops, so that the order is certain. */
+static int body_skipped_buffered(flx_comm_h comm, int rank, int size, void *arg)
+{
+    float data[4] = {1, 2, 3, 4}, got[4];
+    tl_tag_t tag = {0};
+    tl_req_t req;
+    flx_status_t st;
+    double t0;
+
+    (void)size;
+    (void)arg;
+    if (strcmp(comm->tl->name, "tcp") != 0)
+        return 0; /* the tcp backend's check */
+    tag.kind = (uint8_t)(COLL_ALLREDUCE << 3 | FLX_ALGO_RD);
+    tag.dtype = FLX_FLOAT32;
+    tag.op = FLX_SUM;
+    tag.count = 4;
+    memset(&req, 0, sizeof(req));
+    if (rank == 1) {
+        tag.seq = comm->seq + 1;
+        st = comm->tl->isend(comm->tlctx, 0, &tag, data, sizeof(data), &req);
+        while (st == FLX_OK && !req.complete)
+            st = comm->tl->progress(comm->tlctx, 0.01);
+        if (st != FLX_OK)
+            return mp_fail(rank, "send: %s", flx_status_string(st));
+        /* nothing more from here until rank 0 has judged (its failure
+         * notice comes back), or that judgement could meet our next one */
+        t0 = flx_time_now();
+        while (comm->tl->error(comm->tlctx) == FLX_OK && flx_time_now() - t0 < 10.0)
+            comm->tl->progress(comm->tlctx, 0.01);
+    } else {
+        usleep(200000);
+        for (int i = 0; i < 20; i++)
+            comm->tl->progress(comm->tlctx, 0.01); /* reads and buffers it */
+        tag.seq = comm->seq;
+        t0 = flx_time_now();
+        st = comm->tl->irecv(comm->tlctx, 1, &tag, got, sizeof(got), &req);
+        if (st != FLX_ERR_MISMATCH || flx_time_now() - t0 > 1.0)
+            return mp_fail(rank, "receive behind a buffered later message: %s after %.2f s",
+                           flx_status_string(st), flx_time_now() - t0);
+    }
+    /* the job is failed on both ranks: the next collective says so */
+    st = flx_barrier(comm);
+    return is_error(st) ? code_of(st) : mp_fail(rank, "barrier afterwards: %s",
+                                                 flx_status_string(st));
+}
+
+START_TEST(test_skipped_buffered)
+{
+    int codes[2];
+
+    if (getenv("FLX_NET") && strcmp(getenv("FLX_NET"), "ib") == 0)
+        return; /* the tcp backend's check */
+    setenv("FLX_TIMEOUT", "20s", 1);
+    mp_run(2, body_skipped_buffered, NULL, 60, codes);
+    unsetenv("FLX_TIMEOUT");
+    ck_assert_msg(codes[0] == 10, "rank 0 exit %d (10: FLX_ERR_MISMATCH)", codes[0]);
+    ck_assert_msg(codes[1] == 10 || codes[1] == 11, "rank 1 exit %d", codes[1]);
 }
 END_TEST
 
@@ -644,6 +711,7 @@ int main(void)
 
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_mismatch, MM_COUNT, MM_ALGO + 1);
+    tcase_add_test(tc, test_skipped_buffered);
     suite_add_tcase(s, tc);
     tc = tcase_create("errors");
     tcase_set_timeout(tc, 120);
