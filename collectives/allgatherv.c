@@ -78,7 +78,7 @@ static flx_status_t allgatherv_run(flx_comm_h comm, const void *sendbuf, size_t 
     calgo = comm_pick_allgather(comm, sizeof(uint64_t), algo, 0);
     coll_begin(comm, COLL_ALLGATHERV, calgo, FLX_INT64, 0, (size_t)n, "allgatherv (counts)");
     if (n > 1) {
-        st = calgo == FLX_ALGO_RD ? coll_allgather_bruck(comm, wire, sizeof(uint64_t))
+        st = calgo == FLX_ALGO_RD ? coll_allgather_rd(comm, wire, sizeof(uint64_t))
                                   : coll_allgather_ring(comm, wire, sizeof(uint64_t));
         if (st != FLX_OK)
             return st;

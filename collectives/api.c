@@ -223,7 +223,7 @@ flx_status_t comm_run_allgather(flx_comm_h comm, const void *sendbuf, void *recv
     if (comm->size == 1)
         return FLX_OK;
     t0 = flx_time_now();
-    st = algo == FLX_ALGO_RD ? coll_allgather_bruck(comm, recvbuf, bpr)
+    st = algo == FLX_ALGO_RD ? coll_allgather_rd(comm, recvbuf, bpr)
                              : coll_allgather_ring(comm, recvbuf, bpr);
     if (st != FLX_OK)
         return st;

@@ -8,7 +8,8 @@
  *                    only the last one's reduction is not hidden),
  *                    p = pow2 floor of N
  *   ring allgather   (N-1) (alpha + b/beta)
- *   bruck allgather  ceil(log2 N) alpha + (N-1) b/beta + 2 N b / copy bandwidth
+ *   rd allgather     ceil(log2 N) alpha + (N-1) b/beta (+ 2 N b / copy bandwidth:
+ *                    Bruck, when N is not a power of two)
  *   binomial bcast   ceil(log2 N) (alpha + S/beta)
  *   chain bcast      (N-2 + S/c) (alpha + c/beta)
  *
@@ -94,8 +95,9 @@ double model_allgather_time(flx_algo_t algo, int n, double bpr, double alpha, do
         return 0;
     if (algo == FLX_ALGO_RING)
         return (n - 1) * (alpha + bpr / beta);
-    if (algo == FLX_ALGO_RD)
-        return topo_log2_ceil(n) * alpha + (n - 1) * bpr / beta + 2.0 * n * bpr / MODEL_COPY_BW;
+    if (algo == FLX_ALGO_RD) /* Bruck's copies; none in place with N a power of two */
+        return topo_log2_ceil(n) * alpha + (n - 1) * bpr / beta +
+               ((n & (n - 1)) ? 2.0 * n * bpr / MODEL_COPY_BW : 0);
     return 1e30;
 }
 
@@ -537,7 +539,7 @@ static flx_status_t model_fit_run(flx_comm_h comm, int i, float *buf, size_t cou
                i < MODEL_NAR ? FLX_SUM : 0, count, "model fit");
     t0 = flx_time_now();
     if (i >= MODEL_NAR)
-        st = algo == FLX_ALGO_RD ? coll_allgather_bruck(comm, buf, count * sizeof(float))
+        st = algo == FLX_ALGO_RD ? coll_allgather_rd(comm, buf, count * sizeof(float))
                                  : coll_allgather_ring(comm, buf, count * sizeof(float));
     else
         st = algo == FLX_ALGO_RING ? coll_allreduce_ring(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM)

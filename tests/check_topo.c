@@ -740,10 +740,15 @@ START_TEST(test_model_allgather)
             lg++;
         ck_assert_time_eq(model_allgather_time(FLX_ALGO_RING, n, b, ALPHA, BETA),
                           (n - 1) * (ALPHA + b / BETA));
-        /* bruck: ceil(log2 N) alpha + (N-1) b/beta + a positive local-copy term */
+        /* ceil(log2 N) alpha + (N-1) b/beta, and for Bruck (N not a power
+         * of two) a positive local-copy term */
         ck_assert_time_eq(model_allgather_time(FLX_ALGO_RD, n, 0, ALPHA, BETA), lg * ALPHA);
-        ck_assert(model_allgather_time(FLX_ALGO_RD, n, b, ALPHA, BETA) >
-                  lg * ALPHA + (n - 1) * b / BETA);
+        if (n & (n - 1))
+            ck_assert(model_allgather_time(FLX_ALGO_RD, n, b, ALPHA, BETA) >
+                      lg * ALPHA + (n - 1) * b / BETA);
+        else
+            ck_assert_time_eq(model_allgather_time(FLX_ALGO_RD, n, b, ALPHA, BETA),
+                              lg * ALPHA + (n - 1) * b / BETA);
         /* pick is the faster of the two */
         for (double s = 1; s <= 1e9; s *= 4.1) {
             flx_algo_t pick = model_pick_allgather(n, s, ALPHA, BETA);
@@ -752,8 +757,9 @@ START_TEST(test_model_allgather)
             ck_assert_int_eq(pick, tb < tr ? FLX_ALGO_RD : FLX_ALGO_RING);
         }
     }
-    ck_assert_int_eq(model_pick_allgather(8, 8, ALPHA, BETA), FLX_ALGO_RD);
-    ck_assert_int_eq(model_pick_allgather(8, 64.0 * (1 << 20), ALPHA, BETA), FLX_ALGO_RING);
+    ck_assert_int_eq(model_pick_allgather(7, 8, ALPHA, BETA), FLX_ALGO_RD);
+    ck_assert_int_eq(model_pick_allgather(7, 64.0 * (1 << 20), ALPHA, BETA), FLX_ALGO_RING);
+    ck_assert_int_eq(model_pick_allgather(8, 64.0 * (1 << 20), ALPHA, BETA), FLX_ALGO_RD);
 }
 END_TEST
 
@@ -788,14 +794,25 @@ START_TEST(test_model_allgather_fit)
     /* the link's constants for both: the old pick */
     ag[0] = ag[1] = link;
     for (double s = 1; s <= 1e9; s *= 4.1)
-        ck_assert_int_eq(model_pick_allgather_explore(4, s, ag, 0, NULL),
-                         model_pick_allgather(4, s, link.alpha, 1.0 / link.inv_bw));
-    ck_assert_int_eq(model_pick_allgather_explore(4, 16384, ag, 0, NULL), FLX_ALGO_RING);
+        ck_assert_int_eq(model_pick_allgather_explore(5, s, ag, 0, NULL),
+                         model_pick_allgather(5, s, link.alpha, 1.0 / link.inv_bw));
+    ck_assert_int_eq(model_pick_allgather_explore(5, 16384, ag, 0, NULL), FLX_ALGO_RING);
+    /* a power of two: recursive doubling in place, the ring's bytes in
+     * fewer steps and no copies, so with the same constants at any size */
+    for (int n = 4; n <= 16; n *= 2)
+        for (double s = 1; s <= 1e9; s *= 4.1)
+            ck_assert_int_eq(model_pick_allgather_explore(n, s, ag, 0, NULL), FLX_ALGO_RD);
     /* each its own: a ring step of 60 us, a Bruck step of 45 us */
     ag[0].alpha = 60e-6;
     ag[1].alpha = 45e-6;
+    ck_assert_int_eq(model_pick_allgather_explore(5, 16384, ag, 0, NULL), FLX_ALGO_RD);
+    ck_assert_int_eq(model_pick_allgather_explore(5, 16.0 * (1 << 20), ag, 0, NULL), FLX_ALGO_RING);
+    /* recursive doubling learnt slower per byte (its 1/beta 1.5x the
+     * ring's) on 4 ranks: still the pick at 16 KiB, the ring's at 16 MiB */
+    ag[1].inv_bw = 1.5 * ag[0].inv_bw;
     ck_assert_int_eq(model_pick_allgather_explore(4, 16384, ag, 0, NULL), FLX_ALGO_RD);
     ck_assert_int_eq(model_pick_allgather_explore(4, 16.0 * (1 << 20), ag, 0, NULL), FLX_ALGO_RING);
+    ag[1].inv_bw = ag[0].inv_bw;
     /* a fit that puts Bruck's 1/beta below the ring's: taken at the ring's,
      * so Bruck wins by its fewer steps only (small sizes) */
     {
@@ -805,8 +822,9 @@ START_TEST(test_model_allgather_fit)
         ck_assert(model_allgather_ab(FLX_ALGO_RING, odd).inv_bw == link.inv_bw);
         for (int n = 4; n <= 9; n++) {
             ck_assert_int_eq(model_pick_allgather_explore(n, 8, odd, 0, NULL), FLX_ALGO_RD);
-            ck_assert_int_eq(model_pick_allgather_explore(n, 4.0 * (1 << 20), odd, 0, NULL),
-                             FLX_ALGO_RING);
+            if (n & (n - 1)) /* Bruck, with its copies */
+                ck_assert_int_eq(model_pick_allgather_explore(n, 4.0 * (1 << 20), odd, 0, NULL),
+                                 FLX_ALGO_RING);
         }
         odd[1].inv_bw = 2 * link.inv_bw; /* a dearer fit is kept */
         ck_assert(model_allgather_ab(FLX_ALGO_RD, odd).inv_bw == 2 * link.inv_bw);
