@@ -68,13 +68,14 @@ model_ab_t model_allreduce_ab(flx_algo_t algo, int n, const model_ab_t ar[MODEL_
 #define MODEL_EXPLORE_MARGIN 2.0
 flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar[MODEL_NAR],
                                          double chunk, unsigned long call, const double *ran);
-/* The allgather's algorithms the same way: ring (index 0) and Bruck
- * (FLX_ALGO_RD, index 1), each with its own (alpha, 1/beta), fitted at
+/* The allgather's algorithms the same way: ring (index 0) and the
+ * log-step one (FLX_ALGO_RD, index 1: recursive doubling in place when N
+ * is a power of two, else Bruck), each with its own (alpha, 1/beta), fitted at
  * creation like the allreduce's: the link's ping-pong alpha does not
  * predict a ring step among ranks that share cores. */
 static inline int model_ag_index(flx_algo_t algo) { return algo == FLX_ALGO_RD; }
-/* The (alpha, 1/beta) the prediction of algo uses: its own, except
- * Bruck's 1/beta, no less than the ring's (the same bytes, plus copies). */
+/* The (alpha, 1/beta) the prediction of algo uses: its own, except rd's
+ * 1/beta, no less than the ring's (the same bytes; Bruck's plus copies). */
 model_ab_t model_allgather_ab(flx_algo_t algo, const model_ab_t ag[MODEL_NAG]);
 void model_allgather_terms(flx_algo_t algo, int n, double bytes_per_rank, double *c0_p,
                            double *a_p, double *b_p);

@@ -216,8 +216,9 @@ flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar
     return (flx_algo_t)(FLX_ALGO_RING + model_pick_index(t, MODEL_NAR, call, ran, bytes));
 }
 
-/* Bruck moves the same blocks over the same links as the ring, plus its
- * local copies: per byte it is never the cheaper, so its 1/beta is taken
+/* The log-step allgather moves the same blocks over the same links as the
+ * ring (Bruck plus its local copies): per byte it is never the cheaper, so
+ * its 1/beta is taken
  * no lower than the ring's, whatever a noisy fit says, and it wins only
  * by its fewer steps (4 ranks on 2 cores: fits that put Bruck's 1/beta
  * below the ring's made it the choice at 2-8 MiB in 1 of 3 runs and at
@@ -427,7 +428,7 @@ static flx_status_t model_agree_live(flx_comm_h comm)
                  link.beta_bytes_per_s / 1e9, comm->model.beta_bytes_per_s / 1e9,
                  1.0 / ar[0].inv_bw / 1e9, 1.0 / comm->ar[0].inv_bw / 1e9);
     flx_debug(COLL, comm->rank, "live model agreed: alpha (us) / beta (GB/s): ring %.1f / %.3g, "
-              "tree %.1f / %.3g, rd %.1f / %.3g; allgather ring %.1f / %.3g, Bruck %.1f / %.3g",
+              "tree %.1f / %.3g, rd %.1f / %.3g; allgather ring %.1f / %.3g, rd %.1f / %.3g",
               ar[0].alpha * 1e6, 1e-9 / ar[0].inv_bw, ar[1].alpha * 1e6, 1e-9 / ar[1].inv_bw,
               ar[2].alpha * 1e6, 1e-9 / ar[2].inv_bw, ag[0].alpha * 1e6, 1e-9 / ag[0].inv_bw,
               ag[1].alpha * 1e6, 1e-9 / ag[1].inv_bw);

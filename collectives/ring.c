@@ -37,9 +37,9 @@
  * two and the next step posted after the last one's reductions, the
  * previous rank's next-step chunks came in before their receives and, with
  * the allgather's receives from that rank already posted, could not stay
- * in the socket: tcp read each into a fresh buffer (4 ranks, 4 MiB: 385
- * page faults per call, and 13 ms against the ring allgather's 6 ms for
- * the same bytes). */
+ * in the socket: tcp read each into a fresh buffer (4 ranks, 4 MiB: 56
+ * thousand page faults in 110 calls against the 8 MiB ring allgather's 14
+ * thousand, and 13.5 ms against its 6.5 for the same bytes). */
 #define RS_WINDOW 4
 
 typedef struct {
@@ -79,7 +79,7 @@ static flx_status_t ring_ws(flx_comm_h comm, const size_t *len, size_t es, int r
         return FLX_OK;
     w->elems = coll_chunk_elems(comm, es, maxlen);
     w->nch = seg_chunks(maxlen, w->elems);
-    /* requests first (aligned), then the reduce-scatter's two buffers */
+    /* requests first (aligned), then the in-place reduce-scatter's step buffers */
     w->nbuf = rs == 1 ? (int)FLX_MIN(n - 1, (size_t)RS_WINDOW) : 0;
     w->tmp_len = maxlen * es;
     nreq = (rs ? 2 * (n - 1) * w->nch : 0) + (ag ? 2 * (n - 1) * w->nch : 0);
