@@ -135,8 +135,12 @@ void comm_record_error(flx_comm_h comm, flx_status_t st)
     comm->err = st;
     __atomic_compare_exchange_n(&comm->first_err, &none, (int)st, 0, __ATOMIC_ACQ_REL,
                                 __ATOMIC_ACQUIRE);
-    /* the communicator is broken: tell every peer, once */
-    comm->tl->fail(comm->tlctx, st, comm->coll_name ? comm->coll_name : "collective");
+    /* the communicator is broken: tell every peer, once, from which
+     * collective on: the running one, or between collectives (an abort, a
+     * call that failed before its collective began) the next one.  The
+     * earlier ones completed here, and peers still in one may finish it. */
+    comm->tl->fail(comm->tlctx, st, comm->coll_name ? comm->tag.seq : comm->seq,
+                   comm->coll_name ? comm->coll_name : "between collectives");
 }
 
 void comm_sync_abort(flx_comm_h comm)
@@ -180,6 +184,7 @@ flx_status_t flx_comm_get_async_error(flx_comm_h comm)
 flx_status_t comm_leave(flx_comm_h comm, flx_status_t st)
 {
     comm_record_error(comm, st);
+    coll_end(comm);
     pthread_mutex_unlock(&comm->exec);
     return st;
 }

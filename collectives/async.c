@@ -37,6 +37,7 @@ static void *async_worker(void *arg)
                      : comm_run_allgather(comm, req->sendbuf, req->recvbuf, req->count,
                                           req->dtype, req->algo);
             comm_record_error(comm, st);
+            coll_end(comm);
         }
         pthread_mutex_unlock(&comm->exec);
 

@@ -184,6 +184,7 @@ flx_status_t flx_comm_create(const flx_comm_params_t *params, flx_comm_h *comm_p
     st = model_setup(comm);
     if (st != FLX_OK)
         goto err_destroy_tl;
+    coll_end(comm);
     flx_info(INIT, comm->rank, "communicator ready: rank %d of %d over %s, alpha %.1f us, "
              "beta %.2f GB/s", comm->rank, comm->size, comm->tl->name,
              comm->model.alpha_s * 1e6, comm->model.beta_bytes_per_s / 1e9);

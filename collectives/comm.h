@@ -106,6 +106,9 @@ static inline int comm_aborted(const struct flx_comm *comm)
 /* Start a collective: take the next sequence number and set the tag. */
 void coll_begin(flx_comm_h comm, int kind, flx_algo_t algo, flx_dtype_t dtype,
                 unsigned op, size_t count, const char *name);
+/* No collective runs now (every one begun has completed or failed): a
+ * failure from here until the next coll_begin is the next collective's. */
+void coll_end(flx_comm_h comm);
 flx_status_t coll_send(flx_comm_h comm, int peer, uint32_t step, const void *buf,
                        size_t len, tl_req_t *req);
 flx_status_t coll_recv(flx_comm_h comm, int peer, uint32_t step, void *buf, size_t len,

@@ -23,6 +23,8 @@ void coll_begin(flx_comm_h comm, int kind, flx_algo_t algo, flx_dtype_t dtype,
               count);
 }
 
+void coll_end(flx_comm_h comm) { comm->coll_name = NULL; }
+
 /* Every failure a primitive returns fails the communicator at once (the
  * caller's comm_leave would, later): the transport then finishes and
  * drops every request still posted while the algorithm's frame, which
@@ -72,7 +74,7 @@ flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, double since)
                   comm->coll_name, comm->tag.seq, comm->cfg.timeout_s,
                   waiting->is_send ? "send to" : "receive from", waiting->peer,
                   waiting->tag.step);
-        comm->tl->fail(comm->tlctx, FLX_ERR_TIMED_OUT, "timeout");
+        comm->tl->fail(comm->tlctx, FLX_ERR_TIMED_OUT, comm->tag.seq, "timeout");
         return prim_failed(comm, FLX_ERR_TIMED_OUT);
     }
     return FLX_OK;

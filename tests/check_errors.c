@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -211,6 +212,110 @@ START_TEST(test_dead_peer)
                       codes[r]);
     if (sig == SIGSTOP) /* the stalled rank was killed by the harness; others timed out */
         ck_assert_int_eq(codes[2], 128 + SIGKILL);
+    unsetenv("FLX_TIMEOUT");
+}
+END_TEST
+
+/* ---- out of memory for scratch ------------------------------------------------ */
+
+static int capture_start(char *path);
+static int capture_stop(int saved, const char *path, const char *pattern);
+
+/* This process's address space now, in bytes (VmSize); 0 if unknown. */
+static size_t vm_size(void)
+{
+    char line[256];
+    size_t kb = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmSize: %zu kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb << 10;
+}
+
+#define NOMEM_COUNT ((size_t)3 << 22) /* 48 MiB of float: 16 MiB segments */
+#define NOMEM_BCAST 4096
+
+/* Rank 1 cannot grow its scratch: an in-place ring allreduce of 48 MiB on
+ * 3 ranks needs two 16 MiB step buffers, and its address space is capped
+ * 8 MiB above what it holds.  It must return FLX_ERR_NO_MEMORY with one log
+ * line, the others an error (not a hang), all within the timeout.  Before
+ * that, rank 1 roots a small broadcast that the others join 300 ms late:
+ * rank 1 finishes it at once (its sends fit in the sockets) and fails
+ * before the others start it; they read its notice before they start the
+ * broadcast (over the transport's own progress, as a rank busy in other
+ * work would).  The broadcast completed on rank 1, so it must complete
+ * everywhere: the notice must name the allreduce. */
+static int body_no_memory(flx_comm_h comm, int rank, int size, void *arg)
+{
+    float *buf = malloc(NOMEM_COUNT * sizeof(float));
+    char path[] = "/tmp/flx-nomem-XXXXXX";
+    int saved = -1, lines = 0;
+    flx_status_t st;
+    double t0;
+
+    (void)size;
+    (void)arg;
+    if (buf == NULL)
+        return mp_fail(rank, "no memory for the test buffer");
+    for (size_t i = 0; i < NOMEM_COUNT; i++)
+        buf[i] = (float)(i % 7);
+    /* one small call first: the job works before the cap */
+    st = flx_allreduce(comm, buf, buf, 1024, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING);
+    if (st != FLX_OK)
+        return mp_fail(rank, "small allreduce gave %s", flx_status_string(st));
+    if (rank == 1) {
+        size_t now = vm_size();
+        struct rlimit rl;
+        if (now == 0)
+            return mp_fail(rank, "cannot read VmSize");
+        rl.rlim_cur = rl.rlim_max = now + ((size_t)8 << 20);
+        if (setrlimit(RLIMIT_AS, &rl) != 0)
+            return mp_fail(rank, "setrlimit failed");
+        saved = capture_start(path);
+        for (int i = 0; i < NOMEM_BCAST; i++)
+            buf[i] = (float)(i + 1);
+    } else { /* 300 ms late, reading what comes meanwhile (rank 1's notice) */
+        double t = flx_time_now();
+        while (flx_time_now() - t < 0.3)
+            (void)comm->tl->progress(comm->tlctx, 0.01);
+    }
+    st = flx_broadcast(comm, buf, NOMEM_BCAST, FLX_FLOAT32, 1);
+    if (st != FLX_OK) {
+        if (rank == 1)
+            capture_stop(saved, path, "");
+        return mp_fail(rank, "broadcast before the failure gave %s", flx_status_string(st));
+    }
+    for (int i = 0; i < NOMEM_BCAST; i++)
+        if (buf[i] != (float)(i + 1))
+            return mp_fail(rank, "broadcast element %d is %g, not %d", i, buf[i], i + 1);
+    t0 = flx_time_now();
+    st = flx_allreduce(comm, buf, buf, NOMEM_COUNT, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING);
+    if (rank == 1)
+        lines = capture_stop(saved, path, "memory");
+    if (flx_time_now() - t0 > 3.0 + 4.0) /* FLX_TIMEOUT + a loaded machine's stalls */
+        return mp_fail(rank, "the call took %.1f s", flx_time_now() - t0);
+    if (rank == 1 && st != FLX_ERR_NO_MEMORY)
+        return mp_fail(rank, "capped rank gave %s", flx_status_string(st));
+    if (rank == 1 && lines != 1)
+        return mp_fail(rank, "%d log lines mention memory, not 1", lines);
+    if (rank != 1 && st != FLX_ERR_PEER_LOST && st != FLX_ERR_TIMED_OUT)
+        return mp_fail(rank, "peer of the capped rank gave %s", flx_status_string(st));
+    free(buf);
+    return 0;
+}
+
+START_TEST(test_no_memory)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    /* the sanitizer's shadow memory does not fit under an address-space cap */
+    return;
+#endif
+    setenv("FLX_TIMEOUT", SHORT_TIMEOUT, 1);
+    ck_assert_int_eq(mp_run(3, body_no_memory, NULL, 30, NULL), 0);
     unsetenv("FLX_TIMEOUT");
 }
 END_TEST
@@ -721,6 +826,10 @@ int main(void)
     tcase_add_test(tc, test_wrong_secret);
     tcase_add_test(tc, test_bad_args);
     tcase_add_test(tc, test_bad_env);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("nomem");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_no_memory);
     suite_add_tcase(s, tc);
     tc = tcase_create("hostile");
     tcase_set_timeout(tc, 120);

@@ -8,7 +8,9 @@
  *                   is owned by the caller and completes in place
  *   progress        move data; waits at most timeout_s for an event
  *   fail            poison the context: every pending and later request
- *                   fails with the given status, peers are told
+ *                   fails with the given status, peers are told from which
+ *                   collective on (the earlier ones completed here and may
+ *                   still complete there)
  *
  * Messages between two ranks arrive in the order they were sent.  A receive
  * matches the message with the same (seq, step) from that peer; the
@@ -69,8 +71,10 @@ typedef struct tl_ops {
     /* FLX_OK when something may have completed or the timeout passed;
      * an error status when the context has failed. */
     flx_status_t (*progress)(tl_ctx_t *ctx, double timeout_s);
-    /* Fail every pending request with status and tell every peer. */
-    void (*fail)(tl_ctx_t *ctx, flx_status_t status, const char *why);
+    /* Fail every pending request with status and tell every peer that
+     * collective seq (the first that did not complete on this rank) and
+     * later ones fail. */
+    void (*fail)(tl_ctx_t *ctx, flx_status_t status, uint32_t seq, const char *why);
     /* The status the context failed with, FLX_OK while healthy. */
     flx_status_t (*error)(tl_ctx_t *ctx);
     /* Optional (NULL: nothing to do): the range stays mapped until

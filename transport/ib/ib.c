@@ -194,9 +194,10 @@ static void conn_fail_all(tl_ctx_t *ctx, ib_conn_t *c, flx_status_t st)
     c->rdv_head = c->rdv_tail = NULL;
 }
 
-static void ib_fail(tl_ctx_t *ctx, flx_status_t st, const char *why)
+/* The context fails at collective seq: see tl.h. */
+static void ib_fail_at(tl_ctx_t *ctx, flx_status_t st, uint32_t seq, const char *why)
 {
-    ib_err_frame_t f = {.magic = IB_ERR_MAGIC, .status = st, .seq = ctx->cur_seq};
+    ib_err_frame_t f = {.magic = IB_ERR_MAGIC, .status = st, .seq = seq};
 
     if (ctx->err != FLX_OK)
         return;
@@ -210,6 +211,13 @@ static void ib_fail(tl_ctx_t *ctx, flx_status_t st, const char *why)
         if (fd >= 0)
             (void)send(fd, &f, sizeof(f), MSG_NOSIGNAL | MSG_DONTWAIT);
     }
+}
+
+/* A failure of the transport itself comes while requests of the latest
+ * collective are posted: that one did not complete here. */
+static void ib_fail(tl_ctx_t *ctx, flx_status_t st, const char *why)
+{
+    ib_fail_at(ctx, st, ctx->cur_seq, why);
 }
 
 static flx_status_t ib_error(tl_ctx_t *ctx) { return ctx->err; }
@@ -1195,7 +1203,7 @@ const tl_ops_t tl_ib_ops = {
     .isend = ib_isend,
     .irecv = ib_irecv,
     .progress = ib_progress,
-    .fail = ib_fail,
+    .fail = ib_fail_at,
     .error = ib_error,
     .mem_register = ib_mem_register,
     .mem_deregister = ib_mem_deregister,

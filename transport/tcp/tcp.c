@@ -66,7 +66,8 @@ static void conn_fail_all(tcp_conn_t *c, flx_status_t st)
     c->rreq = NULL;
 }
 
-static void tcp_fail(tl_ctx_t *ctx, flx_status_t st, const char *why)
+/* The context fails at collective seq: see tl.h. */
+static void tcp_fail_at(tl_ctx_t *ctx, flx_status_t st, uint32_t seq, const char *why)
 {
     tcp_hdr_t h;
 
@@ -76,7 +77,7 @@ static void tcp_fail(tl_ctx_t *ctx, flx_status_t st, const char *why)
     flx_debug(NET, ctx->rank, "transport failed (%s): %s", flx_status_name(st), why);
     hdr_from_tag(&h, TCP_MSG_ERROR, NULL, 0);
     h.status = st;
-    h.seq = ctx->cur_seq; /* collectives before this one completed here */
+    h.seq = seq; /* collectives before this one completed here */
     for (int p = 0; p < ctx->size; p++) {
         tcp_conn_t *c = &ctx->conns[p];
         /* a message partly written: the notice would land inside it (and
@@ -91,6 +92,13 @@ static void tcp_fail(tl_ctx_t *ctx, flx_status_t st, const char *why)
             (void)send(c->fd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
         shutdown(c->fd, SHUT_RDWR);
     }
+}
+
+/* A failure of the transport itself comes while requests of the latest
+ * collective are posted: that one did not complete here. */
+static void tcp_fail(tl_ctx_t *ctx, flx_status_t st, const char *why)
+{
+    tcp_fail_at(ctx, st, ctx->cur_seq, why);
 }
 
 /* Fail the requests of collective seq and later; earlier collectives may
@@ -869,6 +877,6 @@ const tl_ops_t tl_tcp_ops = {
     .isend = tcp_isend,
     .irecv = tcp_irecv,
     .progress = tcp_progress,
-    .fail = tcp_fail,
+    .fail = tcp_fail_at,
     .error = tcp_error,
 };
