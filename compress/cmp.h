@@ -176,8 +176,16 @@ void cmp_powersgd_shape(const cmp_powersgd_t *ps, size_t *rows_p, size_t *cols_p
  * allreduce Q (sum), out = P Q^T / N (the approximation of the ranks'
  * mean M).  M = acc[0, n).  resid != NULL: resid = M - out (may alias acc).
  * Q is kept for the next step (warm start).  out untouched when any rank
- * is bad.  *c2_p: sum of out^2. */
+ * is bad.  *overflow_p: a product or sum overflowed (every rank alike):
+ * Q keeps its last good value, resid is untouched, out may hold non-finite
+ * values.  *c2_p: sum of out^2. */
 flx_status_t cmp_powersgd_step(cmp_powersgd_t *ps, const float *acc, int bad, float *out,
-                               float *resid, int *any_bad_p, uint64_t *bytes_p, double *c2_p);
+                               float *resid, int *any_bad_p, int *overflow_p, uint64_t *bytes_p,
+                               double *c2_p);
+
+/* Zero the residuals of h (none without error feedback): the controller
+ * adds them into a dense step's gradient itself and drops them only once
+ * that step has succeeded. */
+void cmp_gsync_zero_residual(flx_gsync_h h);
 
 #endif

@@ -20,6 +20,7 @@
 #include "common/util.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -395,6 +396,12 @@ size_t flx_gsync_kept(flx_gsync_h h) { return h ? h->k : 0; }
 
 const float *flx_gsync_residual(flx_gsync_h h) { return h ? h->e : NULL; }
 
+void cmp_gsync_zero_residual(flx_gsync_h h)
+{
+    if (h->e)
+        memset(h->e, 0, h->n * sizeof(float));
+}
+
 flx_status_t flx_gsync_flush_residual(flx_gsync_h h, float *grad)
 {
     if (h == NULL || grad == NULL) {
@@ -439,6 +446,31 @@ static flx_status_t gsync_fail_bad(flx_gsync_h h, int bad)
         flx_debug(COMPRESS, h->rank, "flx_gsync_step %llu: another rank's gradient holds NaN "
                   "or Inf", (unsigned long long)h->step);
     return FLX_ERR_INVALID_ARG;
+}
+
+/* Every rank: every gradient was finite but the synchronised sum is not
+ * (it overflowed float near 3.4e38).  The sum is the same bits on every
+ * rank, so every rank fails alike; nothing is committed.  element: where,
+ * or h->n when it is not one element (PowerSGD's products). */
+static flx_status_t gsync_fail_overflow(flx_gsync_h h, size_t element)
+{
+    char where[48] = "";
+
+    if (element < h->n)
+        snprintf(where, sizeof(where), " at element %zu", element);
+    flx_error(COMPRESS, h->rank, "flx_gsync_step %llu: the %s of %d ranks' gradients "
+              "overflowed%s (beyond +-3.4e38): every rank fails this step, residuals unchanged",
+              (unsigned long long)h->step, flx_compress_name(h->o.method), h->N, where);
+    return FLX_ERR_INVALID_ARG;
+}
+
+/* The first non-finite x[i] (i < n), or n. */
+static size_t first_nonfinite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return i;
+    return n;
 }
 
 /* The residual update is done: the acc buffer becomes the residual. */
@@ -512,7 +544,7 @@ static flx_status_t gsync_step_sparse(flx_gsync_h h, float *grad, flx_gsync_repo
     flx_gsync_coll_t coll = FLX_GSYNC_COLL_ALLREDUCE;
     const int32_t *idx = h->idx;
     const float *val = h->val;
-    size_t kk = h->k;
+    size_t kk = h->k, j_bad;
     int bad, any_bad = 0;
     double t0, t1, c2;
     const float *acc;
@@ -564,6 +596,8 @@ static flx_status_t gsync_step_sparse(flx_gsync_h h, float *grad, flx_gsync_repo
             return st;
         if (any_bad)
             return gsync_fail_bad(h, bad);
+        if ((j_bad = first_nonfinite(grad, h->n)) < h->n)
+            return gsync_fail_overflow(h, j_bad);
         t1 = flx_time_now();
         if (div != 1.0f)
             for (size_t i = 0; i < h->n; i++)
@@ -591,6 +625,8 @@ static flx_status_t gsync_step_sparse(flx_gsync_h h, float *grad, flx_gsync_repo
     if (any_bad)
         return gsync_fail_bad(h, bad);
     /* ARTOPK, RANDK: one index set, summed values */
+    if ((j_bad = first_nonfinite(val, kk)) < kk)
+        return gsync_fail_overflow(h, (size_t)idx[j_bad]);
     t1 = flx_time_now();
     if (h->o.error_feedback)
         c2 = cmp_ef_update_sparse(h->acc, idx, kk);
@@ -646,7 +682,7 @@ static flx_status_t gsync_step_cast(flx_gsync_h h, float *grad, flx_gsync_report
 static flx_status_t gsync_step_qsgd(flx_gsync_h h, float *grad, flx_gsync_report_t *rep)
 {
     const size_t N = (size_t)h->N, bucket = h->o.qsgd_bucket;
-    size_t *counts = h->qcounts, *displs = h->qcounts + N;
+    size_t *counts = h->qcounts, *displs = h->qcounts + N, i_bad;
     cmp_ef_sums_t sums;
     cmp_rng_t rng;
     uint32_t head[2] = {0, 0};
@@ -683,6 +719,8 @@ static flx_status_t gsync_step_qsgd(flx_gsync_h h, float *grad, flx_gsync_report
     memset(grad, 0, h->n * sizeof(float));
     for (size_t r = 0; r < N; r++)
         cmp_qsgd8_decode_add(h->qrecv + displs[r] + GSYNC_QSGD_HEADER, h->n, bucket, grad);
+    if ((i_bad = first_nonfinite(grad, h->n)) < h->n)
+        return gsync_fail_overflow(h, i_bad);
     if (h->o.op == FLX_AVG && h->N > 1)
         for (size_t i = 0; i < h->n; i++)
             grad[i] /= (float)h->N;
@@ -693,7 +731,7 @@ static flx_status_t gsync_step_powersgd(flx_gsync_h h, float *grad, flx_gsync_re
 {
     cmp_ef_sums_t sums;
     size_t rows, cols;
-    int bad, any_bad = 0, r;
+    int bad, any_bad = 0, overflow = 0, r;
     double t0 = flx_time_now(), t1, c2 = 0;
     const float *acc = gsync_accumulate(h, grad, &sums, &bad);
     flx_status_t st;
@@ -702,12 +740,14 @@ static flx_status_t gsync_step_powersgd(flx_gsync_h h, float *grad, flx_gsync_re
     rep->select_s += t1 - t0;
     /* products and the two allreduces interleave: all of it counts as comm */
     st = cmp_powersgd_step(h->ps, acc, bad, grad, h->o.error_feedback ? h->acc : NULL,
-                           &any_bad, &rep->bytes_sent, &c2);
+                           &any_bad, &overflow, &rep->bytes_sent, &c2);
     rep->comm_s += flx_time_now() - t1;
     if (st != FLX_OK)
         return st;
     if (any_bad)
         return gsync_fail_bad(h, bad);
+    if (overflow)
+        return gsync_fail_overflow(h, h->n);
     t1 = flx_time_now();
     if (h->o.op == FLX_SUM && h->N > 1)
         for (size_t i = 0; i < h->n; i++)

@@ -16,7 +16,11 @@
  * square and orthogonal, so out is mean(M) up to float rounding.  Error
  * feedback: resid = M - out, each rank against the common approximation,
  * so sum_t g_t = sum_t out_t + e_T on every rank.  A column of P that
- * vanishes (rank-deficient M) becomes zero rather than NaN.
+ * vanishes (rank-deficient M) becomes zero rather than NaN.  Finite
+ * gradients can still overflow a product or a sum (entries near 3.4e38):
+ * the step then fails on every rank alike (the sums are the same bits
+ * everywhere) and Q goes back to its last good value, so the next step
+ * starts from a finite Q.
  */
 #include "compress/cmp.h"
 #include "common/log.h"
@@ -35,7 +39,17 @@ struct cmp_powersgd {
     float *out;    /* rows * cols when padding is needed, else NULL */
     float *P;      /* rows * r + 1 (flag)                           */
     float *Q;      /* cols * r                                      */
+    float *Qgood;  /* cols * r: Q before this step's update          */
 };
+
+static int all_finite(const float *x, size_t n)
+{
+    int finite = 1;
+
+    for (size_t i = 0; i < n; i++)
+        finite &= isfinite(x[i]);
+    return finite;
+}
 
 flx_status_t cmp_powersgd_create(flx_comm_h comm, size_t n, int rank_r, uint64_t seed,
                                  cmp_powersgd_t **ps_p)
@@ -60,7 +74,8 @@ flx_status_t cmp_powersgd_create(flx_comm_h comm, size_t n, int rank_r, uint64_t
     }
     ps->P = malloc((ps->rows * (size_t)ps->r + 1) * sizeof(float));
     ps->Q = malloc(ps->cols * (size_t)ps->r * sizeof(float));
-    if (ps->P == NULL || ps->Q == NULL)
+    ps->Qgood = malloc(ps->cols * (size_t)ps->r * sizeof(float));
+    if (ps->P == NULL || ps->Q == NULL || ps->Qgood == NULL)
         goto err_free_buffers;
     cmp_rng_seed(&rng, seed, 0x9d, 0);
     for (size_t i = 0; i < ps->cols * (size_t)ps->r; i++)
@@ -69,6 +84,7 @@ flx_status_t cmp_powersgd_create(flx_comm_h comm, size_t n, int rank_r, uint64_t
     return FLX_OK;
 
 err_free_buffers:
+    free(ps->Qgood);
     free(ps->Q);
     free(ps->P);
     free(ps->out);
@@ -83,6 +99,7 @@ void cmp_powersgd_destroy(cmp_powersgd_t *ps)
 {
     if (ps == NULL)
         return;
+    free(ps->Qgood);
     free(ps->Q);
     free(ps->P);
     free(ps->out);
@@ -122,7 +139,8 @@ static void powersgd_orthonormalise(float *P, size_t rows, int r)
 }
 
 flx_status_t cmp_powersgd_step(cmp_powersgd_t *ps, const float *acc, int bad, float *out,
-                               float *resid, int *any_bad_p, uint64_t *bytes_p, double *c2_p)
+                               float *resid, int *any_bad_p, int *overflow_p, uint64_t *bytes_p,
+                               double *c2_p)
 {
     const int N = flx_comm_size(ps->comm), rank = flx_comm_rank(ps->comm);
     const size_t rows = ps->rows, cols = ps->cols, r = (size_t)ps->r;
@@ -146,9 +164,15 @@ flx_status_t cmp_powersgd_step(cmp_powersgd_t *ps, const float *acc, int bad, fl
                                                                  FLX_FLOAT32),
                                               N, rank, 4.0 * (double)(rows * r + 1));
     *any_bad_p = ps->P[rows * r] != 0.0f;
+    *overflow_p = 0;
     if (*any_bad_p)
         return FLX_OK; /* every rank stops here: Q keeps its last good value */
+    if (!all_finite(ps->P, rows * r)) {
+        *overflow_p = 1; /* ... here too */
+        return FLX_OK;
+    }
     powersgd_orthonormalise(ps->P, rows, (int)r);
+    memcpy(ps->Qgood, ps->Q, cols * r * sizeof(float));
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)cols, (int)r, (int)rows, 1.0f, M,
                 (int)cols, ps->P, (int)r, 0.0f, ps->Q, (int)r);
     st = flx_allreduce(ps->comm, ps->Q, ps->Q, cols * r, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO);
@@ -157,8 +181,14 @@ flx_status_t cmp_powersgd_step(cmp_powersgd_t *ps, const float *acc, int bad, fl
     *bytes_p += (uint64_t)cmp_bytes_allreduce(flx_allreduce_algo(ps->comm, cols * r,
                                                                  FLX_FLOAT32),
                                               N, rank, 4.0 * (double)(cols * r));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)cols, (int)r,
-                1.0f / (float)N, ps->P, (int)r, ps->Q, (int)r, 0.0f, O, (int)cols);
+    if (all_finite(ps->Q, cols * r))
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)cols, (int)r,
+                    1.0f / (float)N, ps->P, (int)r, ps->Q, (int)r, 0.0f, O, (int)cols);
+    if (!all_finite(ps->Q, cols * r) || !all_finite(O, rows * cols)) {
+        memcpy(ps->Q, ps->Qgood, cols * r * sizeof(float));
+        *overflow_p = 1;
+        return FLX_OK;
+    }
     if (O != out)
         memcpy(out, O, ps->n * sizeof(float));
     for (size_t i = 0; i < ps->n; i++) {

@@ -214,6 +214,8 @@ static flx_status_t ctl_opts(const flx_ctl_opts_t *in, size_t n, int rank, flx_c
     for (int s = 0; s < o->nsegments; s++) {
         if (o->segments[s] == 0)
             CTL_BAD("segment %d is empty", s);
+        if (o->segments[s] > n - sum) /* (also what would wrap the sum) */
+            CTL_BAD("segments 0 to %d already sum past n = %zu", s, n);
         sum += o->segments[s];
     }
     if (sum != n)
@@ -378,6 +380,10 @@ static void ctl_local_stats(flx_ctl_h h, const float *grad, int interval_end)
     for (size_t k = 0; k < h->nsample; k++) {
         size_t i = h->sample_pos[k];
 
+        /* a NaN or Inf fails the step (the sync sees it on every rank); it
+         * must not stay in the statistics of the steps after it */
+        if (!isfinite(grad[i]) || (e && !isfinite(grad[i] + e[i])))
+            continue;
         ctl_hist_add(&h->hist, e ? grad[i] + e[i] : grad[i]);
         h->accum[k] += grad[i];
     }
@@ -551,12 +557,26 @@ static flx_status_t ctl_run(flx_ctl_h h, const ctl_cand_t *c, float *grad, flx_c
         double t0 = flx_time_now();
 
         if (h->residual_dirty) { /* what earlier steps held back goes now */
-            st = flx_gsync_flush_residual(h->topk, grad);
-            if (st != FLX_OK)
-                return st;
-            h->residual_dirty = 0;
+            const float *e = flx_gsync_residual(h->topk);
+            for (size_t i = 0; i < h->n; i++)
+                grad[i] += e[i];
         }
         st = flx_allreduce(h->comm, grad, grad, h->n, FLX_FLOAT32, FLX_AVG, algo);
+        if (st == FLX_OK) { /* the same bits on every rank: every rank fails alike */
+            size_t i = 0;
+            while (i < h->n && isfinite(grad[i]))
+                i++;
+            if (i < h->n) {
+                flx_error(CTRL, h->rank, "flx_ctl_step %llu: the dense mean holds NaN or Inf at "
+                          "element %zu (some rank's gradient did, or the sum overflowed): "
+                          "every rank fails this step", (unsigned long long)h->step, i);
+                st = FLX_ERR_INVALID_ARG;
+            }
+        }
+        if (st == FLX_OK && h->residual_dirty) { /* sent: a failed step keeps them */
+            cmp_gsync_zero_residual(h->topk);
+            h->residual_dirty = 0;
+        }
         r->algo = algo;
         r->collective = FLX_GSYNC_COLL_ALLREDUCE;
         r->sync.method = FLX_COMPRESS_NONE;
@@ -692,10 +712,10 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     double t0 = flx_time_now(), t_agree = 0, pred_dense = 0;
     flx_status_t st = FLX_OK;
 
-    if (h == NULL || grad == NULL || !(compute_s >= 0)) {
+    if (h == NULL || grad == NULL || !(compute_s >= 0) || !isfinite(compute_s)) {
         flx_error(CTRL, h ? h->rank : -1, "flx_ctl_step: %s",
                   h == NULL ? "NULL handle" : grad == NULL ? "NULL gradient"
-                                                           : "compute time is not >= 0");
+                                                           : "compute time is not finite and >= 0");
         return FLX_ERR_INVALID_ARG;
     }
     memset(&r, 0, sizeof(r));

@@ -414,8 +414,12 @@ FLX_API flx_status_t flx_gsync_create(flx_comm_h comm, size_t n, const flx_gsync
  * A NaN or Inf in any rank's gradient: every rank returns
  * FLX_ERR_INVALID_ARG (the rank that saw it logs one line), grad_in_out and
  * the residuals are left as they were, the communicator keeps working
- * (NONE: grad_in_out then holds the non-finite sum).  Communication errors
- * are the communicator's (FLX_ERR_PEER_LOST, ...). */
+ * (NONE: grad_in_out then holds the non-finite sum).  Finite gradients
+ * whose synchronised sum overflows float (or, PowerSGD, whose products
+ * do): every rank returns FLX_ERR_INVALID_ARG with one log line, the
+ * residuals (and PowerSGD's warm start) are left as they were, and
+ * grad_in_out holds either the gradient or the non-finite result.
+ * Communication errors are the communicator's (FLX_ERR_PEER_LOST, ...). */
 FLX_API flx_status_t flx_gsync_step(flx_gsync_h h, float *grad_in_out,
                                     flx_gsync_report_t *report_p);
 
@@ -549,6 +553,10 @@ FLX_API flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opt
  * next step decides on statistics one step old; a collective issued on
  * comm between two steps runs after it, and flx_comm_link_model /
  * flx_allreduce_algo read between two steps may differ across ranks.
+ * A NaN or Inf in any rank's gradient, or a sum that overflows: every rank
+ * returns FLX_ERR_INVALID_ARG (as flx_gsync_step; a dense step too), the
+ * residuals stay, and the next step's statistics do not see it.
+ * compute_s must be finite and >= 0 (else FLX_ERR_INVALID_ARG, local).
  * report_p may be NULL. */
 FLX_API flx_status_t flx_ctl_step(flx_ctl_h h, float *grad_in_out, double compute_s,
                                   flx_ctl_report_t *report_p);

@@ -29,6 +29,7 @@
 #include "compress/topk.h"
 #include "collectives/coll.h"
 #include "common/dtype.h"
+#include "common/util.h"
 
 #include <check.h>
 #include <math.h>
@@ -623,6 +624,75 @@ static int body_bad_gradient(flx_comm_h comm, int rank, int N, void *arg)
     return 0;
 }
 
+/* Finite gradients whose sum overflows float (3e38 everywhere on every
+ * rank; PowerSGD's products overflow even on one rank): every rank fails
+ * the step with FLX_ERR_INVALID_ARG, the residuals stay as they were, and
+ * the next step works (PowerSGD's warm-start Q is back to its last good
+ * value).  Sparse methods on one rank have nothing to overflow. */
+static int body_overflow(flx_comm_h comm, int rank, int N, void *arg)
+{
+    static const struct {
+        flx_compress_t method;
+        flx_gsync_coll_t coll;
+    } cases[] = {{FLX_COMPRESS_TOPK, FLX_GSYNC_COLL_ARTOPK},
+                 {FLX_COMPRESS_TOPK, FLX_GSYNC_COLL_ALLGATHER},
+                 {FLX_COMPRESS_RANDK, FLX_GSYNC_COLL_ALLREDUCE},
+                 {FLX_COMPRESS_QSGD8, FLX_GSYNC_COLL_ALLGATHER},
+                 {FLX_COMPRESS_POWERSGD, FLX_GSYNC_COLL_ALLREDUCE}};
+    const size_t n = 3000;
+    float *g = malloc(n * sizeof(float)), *e_old = malloc(n * sizeof(float));
+
+    (void)arg;
+    for (size_t c = 0; c < FLX_ARRAY_SIZE(cases); c++) {
+        const char *name = flx_compress_name(cases[c].method);
+        int overflows = N > 1 || cases[c].method == FLX_COMPRESS_POWERSGD;
+        flx_gsync_opts_t o;
+        flx_gsync_h h;
+        flx_status_t st;
+
+        flx_gsync_opts_default(&o);
+        o.field_mask = FLX_GSYNC_OPT_METHOD | FLX_GSYNC_OPT_KEPT_FRACTION | FLX_GSYNC_OPT_OP;
+        o.method = cases[c].method;
+        o.kept_fraction = 0.05;
+        o.op = FLX_SUM;
+        if (cases[c].method == FLX_COMPRESS_TOPK) {
+            o.field_mask |= FLX_GSYNC_OPT_COLLECTIVE;
+            o.collective = cases[c].coll;
+        }
+        if (flx_gsync_create(comm, n, &o, &h) != FLX_OK)
+            return mp_fail(rank, "create %s", name);
+        for (int t = 0; t < 3; t++) {
+            const float *e = flx_gsync_residual(h);
+            grad_fill(g, n, 11, N, rank, t);
+            if (t == 1)
+                for (size_t i = 0; i < n; i++)
+                    g[i] = 3e38f;
+            if (e)
+                memcpy(e_old, e, n * sizeof(float));
+            st = flx_gsync_step(h, g, NULL);
+            if (t == 1 && overflows) {
+                if (st != FLX_ERR_INVALID_ARG)
+                    return mp_fail(rank, "%s: overflowing sum gave %s", name,
+                                   flx_status_string(st));
+                if (e && memcmp(e_old, flx_gsync_residual(h), n * sizeof(float)) != 0)
+                    return mp_fail(rank, "%s: a failed step changed the residuals", name);
+                continue;
+            }
+            if (st != FLX_OK)
+                return mp_fail(rank, "%s step %d: %s", name, t, flx_status_string(st));
+            for (size_t i = 0; i < n; i++)
+                if (!isfinite(g[i]))
+                    return mp_fail(rank, "%s step %d: element %zu is %g", name, t, i, g[i]);
+            if (same_everywhere(comm, rank, N, g, n, name))
+                return 1;
+        }
+        flx_gsync_destroy(h);
+    }
+    free(e_old);
+    free(g);
+    return 0;
+}
+
 /* Bad arguments: local errors, no communication, the object keeps working. */
 static int body_bad_args(flx_comm_h comm, int rank, int N, void *arg)
 {
@@ -1052,6 +1122,7 @@ END_TEST
 MP_TEST(test_allgather_randk, body_allgather_randk, 240)
 MP_TEST(test_large, body_large, 240)
 MP_TEST(test_bad_gradient, body_bad_gradient, 120)
+MP_TEST(test_overflow, body_overflow, 60)
 MP_TEST(test_bad_args, body_bad_args, 60)
 MP_TEST(test_casts, body_casts, 60)
 MP_TEST(test_qsgd, body_qsgd, 60)
@@ -1072,6 +1143,7 @@ int main(void)
     tcase_add_loop_test(tc, test_chunked, 2, 6);
     tcase_add_loop_test(tc, test_large, 3, 4);
     tcase_add_loop_test(tc, test_bad_gradient, 1, 5);
+    tcase_add_loop_test(tc, test_overflow, 1, 5);
     tcase_add_loop_test(tc, test_bad_args, 1, 3);
     tcase_add_loop_test(tc, test_casts, 1, 6);
     tcase_add_loop_test(tc, test_qsgd, 1, 6);

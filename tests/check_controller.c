@@ -10,6 +10,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -464,6 +465,10 @@ static int body_bad(flx_comm_h comm, int rank, int size, void *arg)
     o.segments[1] = 49;
     if (flx_ctl_create(comm, 100, &o, &h) != FLX_ERR_INVALID_ARG)
         return mp_fail(rank, "segments summing to 99 accepted for n = 100");
+    o.segments[0] = SIZE_MAX; /* the sum wraps to 10 */
+    o.segments[1] = 11;
+    if (flx_ctl_create(comm, 10, &o, &h) != FLX_ERR_INVALID_ARG)
+        return mp_fail(rank, "segments SIZE_MAX and 11 accepted for n = 10");
     if (flx_ctl_create(comm, 0, NULL, &h) != FLX_ERR_INVALID_ARG)
         return mp_fail(rank, "n = 0 accepted");
     /* only rank 0 opens the decision log; every rank must fail alike */
@@ -485,6 +490,62 @@ static int body_bad(flx_comm_h comm, int rank, int size, void *arg)
 }
 
 START_TEST(test_ctl_bad_args) { ck_assert_int_eq(mp_run(2, body_bad, NULL, 60, NULL), 0); }
+END_TEST
+
+/* A NaN in one rank's gradient fails the step on every rank, whichever sync
+ * the controller picked (weight 0: dense; 1: the fastest, compressed); an
+ * infinite compute time is refused; the steps after work, with statistics
+ * and decisions unharmed (the same on every rank, finite). */
+static int body_nan(flx_comm_h comm, int rank, int size, void *arg)
+{
+    const double weight = *(const double *)arg;
+    const size_t n = 20000;
+    float *g = malloc(n * sizeof(float));
+    flx_ctl_opts_t o;
+    flx_ctl_report_t r;
+    flx_ctl_h h;
+    flx_status_t st;
+
+    flx_ctl_opts_default(&o);
+    o.field_mask = FLX_CTL_OPT_WEIGHT | FLX_CTL_OPT_INTERVAL;
+    o.weight = weight;
+    o.interval = 2; /* the NaN step ends an interval: its norms must not poison the test */
+    if (flx_ctl_create(comm, n, &o, &h) != FLX_OK)
+        return mp_fail(rank, "create");
+    for (int t = 0; t < 8; t++) {
+        for (size_t i = 0; i < n; i++)
+            g[i] = (float)sin(0.001 * (double)(i + 1) * (t + 1) + rank);
+        if (t == 3 && rank == size - 1)
+            g[5] = NAN;
+        if (t == 2 && flx_ctl_step(h, g, INFINITY, &r) != FLX_ERR_INVALID_ARG)
+            return mp_fail(rank, "infinite compute time accepted");
+        st = flx_ctl_step(h, g, 0.01, &r);
+        if (t == 3) {
+            if (st != FLX_ERR_INVALID_ARG)
+                return mp_fail(rank, "NaN on rank %d (weight %g): %s", size - 1, weight,
+                               flx_status_string(st));
+            continue;
+        }
+        if (st != FLX_OK)
+            return mp_fail(rank, "step %d: %s", t, flx_status_string(st));
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(g[i]))
+                return mp_fail(rank, "step %d: element %zu is %g", t, i, g[i]);
+        if (!isfinite(r.gain_estimate) || !isfinite(r.predicted_s))
+            return mp_fail(rank, "step %d: gain estimate %g, predicted %g s", t,
+                           r.gain_estimate, r.predicted_s);
+    }
+    free(g);
+    return flx_ctl_destroy(h) == FLX_OK ? 0 : mp_fail(rank, "destroy");
+}
+
+START_TEST(test_ctl_nan)
+{
+    static const double weights[] = {0.0, 1.0};
+    double w = weights[_i];
+
+    ck_assert_int_eq(mp_run(2, body_nan, &w, 60, NULL), 0);
+}
 END_TEST
 
 /* flx_gsync_flush_residual hands back exactly what error feedback held and
@@ -545,6 +606,7 @@ int main(void)
     tcase_add_test(ranks, test_ctl_accordion);
     tcase_add_test(ranks, test_ctl_gravac);
     tcase_add_test(ranks, test_ctl_bad_args);
+    tcase_add_loop_test(ranks, test_ctl_nan, 0, 2);
     tcase_add_test(ranks, test_flush_residual);
     suite_add_tcase(s, pure);
     suite_add_tcase(s, ranks);
