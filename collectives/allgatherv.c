@@ -62,37 +62,51 @@ static flx_status_t allgatherv_run(flx_comm_h comm, const void *sendbuf, size_t 
 {
     const int n = comm->size, r = comm->rank;
     uint64_t *wire;
-    size_t *rot, total = 0, largest = 0;
+    size_t *rot, total = 0, largest = 0, smallest_cap = capacity;
+    int smallest_at = r;
     flx_algo_t calgo;
     flx_status_t st;
 
     /* slot 1 is ours: the algorithms below only use slot 0 */
-    wire = coll_scratch_slot(comm, 1, (size_t)n * sizeof(uint64_t) + (size_t)(n + 1) * sizeof(size_t));
+    wire = coll_scratch_slot(comm, 1, (size_t)n * 2 * sizeof(uint64_t) +
+                                          (size_t)(n + 1) * sizeof(size_t));
     if (wire == NULL)
         return FLX_ERR_NO_MEMORY;
-    rot = (size_t *)(wire + n);
-    wire[r] = sendbytes;
+    rot = (size_t *)(wire + 2 * n);
+    /* each rank's count and capacity: whether the total fits everywhere is
+     * then the same answer on every rank */
+    wire[2 * r] = sendbytes;
+    wire[2 * r + 1] = capacity;
     if (algo == FLX_ALGO_AUTO)
         algo = (flx_algo_t)comm->cfg.algo;
     /* the counts: a small allgather, its algorithm picked like one */
-    calgo = comm_pick_allgather(comm, sizeof(uint64_t), algo, 0);
+    calgo = comm_pick_allgather(comm, 2 * sizeof(uint64_t), algo, 0);
     coll_begin(comm, COLL_ALLGATHERV, calgo, FLX_INT64, 0, (size_t)n, "allgatherv (counts)");
     if (n > 1) {
-        st = calgo == FLX_ALGO_RD ? coll_allgather_rd(comm, wire, sizeof(uint64_t))
-                                  : coll_allgather_ring(comm, wire, sizeof(uint64_t));
+        st = calgo == FLX_ALGO_RD ? coll_allgather_rd(comm, wire, 2 * sizeof(uint64_t))
+                                  : coll_allgather_ring(comm, wire, 2 * sizeof(uint64_t));
         if (st != FLX_OK)
             return st;
     }
     for (int i = 0; i < n; i++) {
-        counts[i] = (size_t)wire[i];
+        counts[i] = (size_t)wire[2 * i];
         displs[i] = total;
         total += counts[i];
         largest = FLX_MAX(largest, counts[i]);
+        if ((size_t)wire[2 * i + 1] < smallest_cap) {
+            smallest_cap = (size_t)wire[2 * i + 1];
+            smallest_at = i;
+        }
     }
-    if (total > capacity) {
+    if (total > smallest_cap) {
         *too_small_p = 1;
-        flx_error(COLL, r, "allgatherv: the ranks send %zu bytes in all, the receive buffer "
-                  "holds %zu", total, capacity);
+        if (total > capacity)
+            flx_error(COLL, r, "allgatherv: the ranks send %zu bytes in all, the receive "
+                      "buffer holds %zu", total, capacity);
+        else
+            flx_error(COLL, r, "allgatherv: the ranks send %zu bytes in all, rank %d's receive "
+                      "buffer holds %zu: every rank fails this call", total, smallest_at,
+                      smallest_cap);
         return FLX_ERR_INVALID_ARG;
     }
     if (algo != FLX_ALGO_RING && algo != FLX_ALGO_RD)

@@ -185,6 +185,9 @@ flx_status_t comm_leave(flx_comm_h comm, flx_status_t st)
 {
     comm_record_error(comm, st);
     coll_end(comm);
+    /* an abort that came while the collective finished: the peers hear of
+     * it now, not at this rank's next call (this call's result stands) */
+    comm_sync_abort(comm);
     pthread_mutex_unlock(&comm->exec);
     return st;
 }
@@ -325,6 +328,8 @@ flx_status_t flx_broadcast(flx_comm_h comm, void *buf, size_t count, flx_dtype_t
     if (comm->cfg.algo == FLX_ALGO_RING)
         chain = 1;
     else if (comm->cfg.algo == FLX_ALGO_TREE || comm->cfg.algo == FLX_ALGO_RD)
+        chain = 0;
+    if (bytes == 0) /* the binomial's empty messages check the count on every edge */
         chain = 0;
     coll_begin(comm, COLL_BCAST, chain ? FLX_ALGO_RING : FLX_ALGO_TREE, dtype, (unsigned)root,
                count, "broadcast");

@@ -38,6 +38,7 @@ static void *async_worker(void *arg)
                                           req->dtype, req->algo);
             comm_record_error(comm, st);
             coll_end(comm);
+            comm_sync_abort(comm); /* as comm_leave */
         }
         pthread_mutex_unlock(&comm->exec);
 
@@ -97,8 +98,10 @@ flx_status_t flx_iallreduce(flx_comm_h comm, const void *sendbuf, void *recvbuf,
     if (st != FLX_OK)
         return st;
     req = calloc(1, sizeof(*req));
-    if (req == NULL)
+    if (req == NULL) {
+        flx_error(COLL, comm->rank, "out of memory for a non-blocking request");
         return FLX_ERR_NO_MEMORY;
+    }
     *req = (flx_request_t){.kind = COLL_ALLREDUCE, .sendbuf = sendbuf, .recvbuf = recvbuf,
                            .count = count, .dtype = dtype, .op = op, .algo = algo};
     return async_submit(comm, req, req_p);
@@ -118,8 +121,10 @@ flx_status_t flx_iallgather(flx_comm_h comm, const void *sendbuf, void *recvbuf,
     if (st != FLX_OK)
         return st;
     req = calloc(1, sizeof(*req));
-    if (req == NULL)
+    if (req == NULL) {
+        flx_error(COLL, comm->rank, "out of memory for a non-blocking request");
         return FLX_ERR_NO_MEMORY;
+    }
     *req = (flx_request_t){.kind = COLL_ALLGATHER, .sendbuf = sendbuf, .recvbuf = recvbuf,
                            .count = count, .dtype = dtype, .algo = algo};
     return async_submit(comm, req, req_p);

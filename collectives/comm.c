@@ -85,6 +85,11 @@ static flx_status_t comm_resolve_rank(const flx_comm_params_t *params,
                   "set both FLX_RANK and FLX_SIZE)", rank, size);
         return FLX_ERR_INVALID_ARG;
     }
+    if (size > COLL_MAX_RANKS) {
+        flx_error(INIT, -1, "size %d: a communicator has at most %d ranks", size,
+                  COLL_MAX_RANKS);
+        return FLX_ERR_INVALID_ARG;
+    }
     *rank_p = rank;
     *size_p = size;
     return FLX_OK;
@@ -196,6 +201,8 @@ err_destroy_tl:
     pthread_mutex_destroy(&comm->lock);
     pthread_mutex_destroy(&comm->exec);
     comm->tl->destroy(comm->tlctx);
+    free(comm->scratch[0]); /* the calibration grew them */
+    free(comm->scratch[1]);
 err_destroy_boot:
     boot_destroy(comm->boot);
 err_free_comm:

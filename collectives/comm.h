@@ -127,6 +127,8 @@ flx_status_t coll_sendrecv(flx_comm_h comm, int dst, const void *sbuf, size_t sl
 /* step numbers: phase in the high bits, chunk in the low 20 */
 #define COLL_STEP(phase, chunk) (((uint32_t)(phase) << 20) | (uint32_t)(chunk))
 #define COLL_MAX_CHUNKS (1u << 20)
+/* 12 bits of phase: the ring allreduce's 2N - 2 steps fit up to N = 2048 */
+#define COLL_MAX_RANKS 2048
 
 /* Elements per pipeline chunk for this element size (>= 1). */
 size_t coll_chunk_elems(flx_comm_h comm, size_t esize, size_t count);

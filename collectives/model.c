@@ -560,8 +560,11 @@ static flx_status_t model_fit(flx_comm_h comm, model_ab_t ar[MODEL_NAR], model_a
     float *buf = calloc(nlarge, sizeof(float));
     flx_status_t st = FLX_OK;
 
-    if (buf == NULL)
+    if (buf == NULL) {
+        flx_error(COLL, comm->rank, "out of memory for the model fit's %zu-byte buffer",
+                  nlarge * sizeof(float));
         return FLX_ERR_NO_MEMORY;
+    }
     for (int i = 0; i < MODEL_NFIT; i++)
         times[2 * i + 1] = 1e300;
     for (int rep = 0; rep < SMALL_REPS + LARGE_REPS && st == FLX_OK; rep++) {

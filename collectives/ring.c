@@ -25,6 +25,7 @@
 #include "collectives/coll.h"
 #include "collectives/topo.h"
 #include "common/dtype.h"
+#include "common/log.h"
 #include "common/util.h"
 
 #include <stdlib.h>
@@ -290,8 +291,11 @@ static flx_status_t ring_segments(flx_comm_h comm, size_t count, size_t **off_p,
 {
     size_t *off = malloc(2 * (size_t)comm->size * sizeof(size_t));
 
-    if (off == NULL)
+    if (off == NULL) {
+        flx_error(COLL, comm->rank, "out of memory for the segment table of %d ranks",
+                  comm->size);
         return FLX_ERR_NO_MEMORY;
+    }
     for (int i = 0; i < comm->size; i++)
         topo_segment(count, comm->size, i, &off[i], &off[comm->size + i]);
     *off_p = off;
@@ -305,7 +309,7 @@ flx_status_t coll_allreduce_ring(flx_comm_h comm, const void *src, void *buf, si
     const int n = comm->size;
     const size_t es = flx_dtype_size(dtype);
     const char *in = src != buf ? src : NULL;
-    size_t *off, *len;
+    size_t *off = NULL, *len = NULL;
     ring_ws_t w;
     flx_status_t st;
 
@@ -336,7 +340,7 @@ flx_status_t coll_allreduce_ring(flx_comm_h comm, const void *src, void *buf, si
 
 flx_status_t coll_allgather_ring(flx_comm_h comm, void *recvbuf, size_t bytes_per_rank)
 {
-    size_t *off, *len;
+    size_t *off = NULL, *len = NULL;
     flx_status_t st;
 
     st = ring_segments(comm, (size_t)comm->size * bytes_per_rank, &off, &len);

@@ -451,9 +451,9 @@ FLX_API const char *flx_gsync_coll_name(flx_gsync_coll_t collective);
 /* Allgather with a count per rank: rank i's sendcount elements land at
  * recvbuf + displs_p[i] elements; counts_p and displs_p (size entries each,
  * the caller's) are filled from the counts every rank sent, which travel
- * first.  recvcapacity is recvbuf's size in elements; a total above it is
- * FLX_ERR_INVALID_ARG on every rank (no data moved, the communicator keeps
- * working).  algo: FLX_ALGO_AUTO, FLX_ALGO_RING or FLX_ALGO_RD (Bruck). */
+ * first, each with its rank's recvcapacity (recvbuf's size in elements): a
+ * total above any rank's recvcapacity is FLX_ERR_INVALID_ARG on every rank
+ * (no data moved, the communicator keeps working).  algo: FLX_ALGO_AUTO, FLX_ALGO_RING or FLX_ALGO_RD (Bruck). */
 FLX_API flx_status_t flx_allgatherv(flx_comm_h comm, const void *sendbuf, size_t sendcount,
                                     void *recvbuf, size_t recvcapacity, size_t *counts_p,
                                     size_t *displs_p, flx_dtype_t dtype, flx_algo_t algo);

@@ -168,6 +168,53 @@ START_TEST(test_skipped_buffered)
 }
 END_TEST
 
+/* ---- counts that differ where only one side can tell ---------------------------- */
+
+/* A broadcast where rank 1 passes count 0 (the others 1000), under every
+ * algorithm choice (arg: FLX_ALGO): a count-0 broadcast still sends its
+ * empty messages, so the disagreement is an error, not a silent success
+ * that leaves the root's data queued at rank 1 for good.  Then allgatherv
+ * with rank 1's capacity too small for the total and the others' large
+ * enough: every rank fails it alike and the communicator keeps working. */
+static int body_zero_count(flx_comm_h comm, int rank, int size, void *arg)
+{
+    static float buf[1000];
+    size_t counts[8], displs[8];
+    float send[4] = {1, 2, 3, 4}, recv[64];
+    flx_status_t st, st2;
+
+    (void)arg;
+    st = flx_allgatherv(comm, send, 4, recv, rank == 1 ? 4 * (size_t)size - 1 : 64, counts,
+                        displs, FLX_FLOAT32, FLX_ALGO_AUTO);
+    if (st != FLX_ERR_INVALID_ARG)
+        return mp_fail(rank, "allgatherv with rank 1's capacity short: %s",
+                       flx_status_string(st));
+    if ((st = flx_barrier(comm)) != FLX_OK)
+        return mp_fail(rank, "barrier after the refused allgatherv: %s", flx_status_string(st));
+    for (int i = 0; i < 1000; i++)
+        buf[i] = rank == 0 ? 7.0f : 0.0f;
+    st = flx_broadcast(comm, buf, rank == 1 ? 0 : 1000, FLX_FLOAT32, 0);
+    st2 = flx_barrier(comm);
+    if (rank == 1 && st == FLX_OK)
+        return mp_fail(rank, "count-0 broadcast against 1000 returned success");
+    if (!is_error(st2))
+        return mp_fail(rank, "barrier after the mismatched broadcast: %s",
+                       flx_status_string(st2));
+    return 0;
+}
+
+START_TEST(test_zero_count)
+{
+    static const char *const algos[] = {"auto", "ring", "tree"};
+
+    setenv("FLX_TIMEOUT", SHORT_TIMEOUT, 1);
+    setenv("FLX_ALGO", algos[_i / 2], 1);
+    ck_assert_int_eq(mp_run(2 + _i % 2, body_zero_count, NULL, 30, NULL), 0);
+    unsetenv("FLX_ALGO");
+    unsetenv("FLX_TIMEOUT");
+}
+END_TEST
+
 /* ---- a dead peer ------------------------------------------------------------ */
 
 /* The last rank dies after a few collectives (exit without a goodbye,
@@ -762,7 +809,7 @@ START_TEST(test_bad_env)
     static const char *const bad[][2] = {
         {"FLX_TIMEOUT", "soon"}, {"FLX_CHUNK_SIZE", "12q"}, {"FLX_ALGO", "fastest"},
         {"FLX_NET", "carrier-pigeon"}, {"FLX_RANK", "x"}, {"FLX_ROOT", "nohostport"},
-        {"OMPI_COMM_WORLD_RANK", "7"},
+        {"OMPI_COMM_WORLD_RANK", "7"}, {"FLX_SIZE", "2049"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         flx_comm_h comm = NULL;
@@ -770,6 +817,11 @@ START_TEST(test_bad_env)
         setenv(bad[i][0], bad[i][1], 1);
         if (strcmp(bad[i][0], "OMPI_COMM_WORLD_RANK") == 0)
             setenv("OMPI_COMM_WORLD_SIZE", "4", 1);   /* rank 7 of 4 */
+        if (strcmp(bad[i][0], "FLX_SIZE") == 0) { /* more ranks than step tags hold */
+            setenv("FLX_RANK", "0", 1);        /* refused before it waits for them */
+            setenv("FLX_JOB_SECRET", "s", 1);
+            setenv("FLX_CONNECT_TIMEOUT", "1s", 1);
+        }
         if (strcmp(bad[i][0], "FLX_ROOT") == 0) {
             setenv("FLX_RANK", "1", 1);
             setenv("FLX_SIZE", "2", 1);
@@ -784,6 +836,7 @@ START_TEST(test_bad_env)
         unsetenv("FLX_RANK");
         unsetenv("FLX_SIZE");
         unsetenv("FLX_JOB_SECRET");
+        unsetenv("FLX_CONNECT_TIMEOUT");
     }
     /* two ranks but no secret anywhere */
     setenv("FLX_RANK", "0", 1);
@@ -817,6 +870,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_mismatch, MM_COUNT, MM_ALGO + 1);
     tcase_add_test(tc, test_skipped_buffered);
+    tcase_add_loop_test(tc, test_zero_count, 0, 6);
     suite_add_tcase(s, tc);
     tc = tcase_create("errors");
     tcase_set_timeout(tc, 120);

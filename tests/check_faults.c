@@ -641,6 +641,148 @@ START_TEST(test_send_to_failed)
 }
 END_TEST
 
+/* ---- an abort as a collective ends; a failure in the middle of a message ------------ */
+
+typedef struct {
+    flx_comm_h comm;
+    double at;
+} late_abort_t;
+
+static void *abort_at(void *arg)
+{
+    late_abort_t *la = arg;
+
+    while (flx_time_now() < la->at)
+        usleep(1000);
+    flx_comm_abort(la->comm);
+    return NULL;
+}
+
+/* Rank 0 aborts at 130 ms while its barrier (case 0) or non-blocking
+ * allreduce (case 1) waits for rank 1, which comes at 170 ms: the call may
+ * complete (its last message arrives before the abort is seen) or fail, and
+ * then rank 0 computes for 3 s without a call.  Rank 1's next call must
+ * fail at once (the peers hear of the abort when the call ends), not when
+ * rank 0 calls again or destroys. */
+static int raw_abort_late(int rank, int size, const char *root, void *arg)
+{
+    int mode = *(int *)arg;
+    float x[4] = {1, 2, 3, 4};
+    late_abort_t la;
+    flx_request_h req;
+    flx_comm_h comm;
+    flx_status_t st;
+    pthread_t th;
+    double t0;
+
+    (void)size;
+    if (mp_comm_create(rank, size, root, &comm) != FLX_OK)
+        return mp_fail(rank, "create");
+    if (flx_barrier(comm) != FLX_OK)
+        return mp_fail(rank, "first barrier");
+    t0 = flx_time_now();
+    if (rank == 0) {
+        la = (late_abort_t){.comm = comm, .at = t0 + 0.13};
+        pthread_create(&th, NULL, abort_at, &la);
+        if (mode == 0)
+            st = flx_barrier(comm);
+        else if ((st = flx_iallreduce(comm, x, x, 4, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING,
+                                      &req)) == FLX_OK)
+            st = flx_wait(req);
+        pthread_join(th, NULL);
+        if (st != FLX_OK && st != FLX_ERR_ABORTED)
+            return mp_fail(rank, "the call under the abort returned %s", flx_status_name(st));
+        usleep(3000000); /* computing: no call */
+        flx_comm_destroy(comm);
+        return 0;
+    }
+    usleep(170000);
+    st = mode == 0 ? flx_barrier(comm)
+                   : flx_allreduce(comm, x, x, 4, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING);
+    if (st != FLX_OK && st != FLX_ERR_PEER_LOST)
+        return mp_fail(rank, "the call that met the abort returned %s", flx_status_name(st));
+    t0 = flx_time_now();
+    st = flx_barrier(comm);
+    if (st != FLX_ERR_PEER_LOST || flx_time_now() - t0 > 1.5)
+        return mp_fail(rank, "the call after rank 0's abort: %s after %.2f s",
+                       flx_status_name(st), flx_time_now() - t0);
+    flx_comm_destroy(comm);
+    return 0;
+}
+
+START_TEST(test_abort_late)
+{
+    int mode = _i;
+
+    setenv("FLX_TIMEOUT", "20s", 1);
+    setenv("FLX_CALIBRATE", "no", 1);
+    ck_assert_int_eq(mp_run_raw(2, raw_abort_late, &mode, 40, NULL), 0);
+    assert_no_children();
+    fault_env_clear();
+}
+END_TEST
+
+/* Chain broadcasts of 32 MiB from rank 0; rank 2 comes 1.5 s late, so rank
+ * 1 is still forwarding broadcast A when rank 0, done with A, aborts at
+ * 150 ms in the middle of sending B.  Ranks 1 and 2 must complete A with
+ * the right data (rank 0 completed it; the cut message was B's) and fail
+ * the next call. */
+static int raw_cut_message(int rank, int size, const char *root, void *arg)
+{
+    const size_t n = (size_t)8 << 20;
+    float *buf = malloc(n * sizeof(float));
+    late_abort_t la;
+    flx_comm_h comm;
+    flx_status_t st;
+    pthread_t th;
+
+    (void)size;
+    (void)arg;
+    if (buf == NULL || mp_comm_create(rank, size, root, &comm) != FLX_OK)
+        return mp_fail(rank, "create");
+    for (size_t i = 0; i < n; i++)
+        buf[i] = rank == 0 ? (float)(i % 1000) : -1.0f;
+    if (flx_barrier(comm) != FLX_OK)
+        return mp_fail(rank, "first barrier");
+    if (rank == 0) {
+        la = (late_abort_t){.comm = comm, .at = flx_time_now() + 0.15};
+        pthread_create(&th, NULL, abort_at, &la);
+        st = flx_broadcast(comm, buf, n, FLX_FLOAT32, 0);
+        if (st == FLX_OK)
+            st = flx_broadcast(comm, buf, n, FLX_FLOAT32, 0);
+        pthread_join(th, NULL);
+        flx_comm_destroy(comm);
+        free(buf);
+        return st == FLX_ERR_ABORTED ? 0 : mp_fail(rank, "broadcasts: %s", flx_status_name(st));
+    }
+    if (rank == 2)
+        usleep(1500000);
+    st = flx_broadcast(comm, buf, n, FLX_FLOAT32, 0);
+    if (st != FLX_OK)
+        return mp_fail(rank, "broadcast A, completed on its root: %s", flx_status_name(st));
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] != (float)(i % 1000))
+            return mp_fail(rank, "broadcast A: element %zu is %g", i, buf[i]);
+    st = flx_broadcast(comm, buf, n, FLX_FLOAT32, 0);
+    if (st != FLX_ERR_PEER_LOST)
+        return mp_fail(rank, "broadcast B: %s", flx_status_name(st));
+    flx_comm_destroy(comm);
+    free(buf);
+    return 0;
+}
+
+START_TEST(test_cut_message)
+{
+    setenv("FLX_TIMEOUT", "20s", 1);
+    setenv("FLX_CALIBRATE", "no", 1);
+    setenv("FLX_ALGO", "ring", 1); /* the chain broadcast */
+    ck_assert_int_eq(mp_run_raw(3, raw_cut_message, NULL, 40, NULL), 0);
+    unsetenv("FLX_ALGO");
+    assert_no_children();
+    fault_env_clear();
+}
+END_TEST
+
 /* one case per test, so that CK_RUN_CASE=kill (for example) runs one */
 static TCase *fault_case(Suite *s, const char *name)
 {
@@ -659,6 +801,8 @@ int main(void)
 
     tcase_add_test(fault_case(s, "abort_single"), test_abort_single_rank);
     tcase_add_loop_test(fault_case(s, "abort"), test_abort, 0, 3);
+    tcase_add_loop_test(fault_case(s, "abort_late"), test_abort_late, 0, 2);
+    tcase_add_test(fault_case(s, "cut_message"), test_cut_message);
     tcase_add_test(fault_case(s, "async_error"), test_async_error);
     tcase_add_test(fault_case(s, "send_to_failed"), test_send_to_failed);
     tcase_add_loop_test(fault_case(s, "watchdog"), test_watchdog, 0, WD_COUNT);

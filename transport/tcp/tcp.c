@@ -583,6 +583,37 @@ static void conn_payload_bytes(tcp_conn_t *c, size_t n)
         conn_payload_done(c);
 }
 
+/* The peer of c closed in the middle of a message: it failed without a
+ * notice (one cannot go inside a message), while at the message's
+ * collective or later.  Everything before the message arrived, so take it
+ * as a notice from that collective on: earlier ones may still complete
+ * here, as they did there.  Always 0 (the context itself is not failed). */
+static int conn_cut_in_message(tl_ctx_t *ctx, tcp_conn_t *c)
+{
+    const flx_status_t st = FLX_ERR_PEER_LOST;
+    tcp_unexp_t *u = c->runexp;
+
+    flx_error(NET, ctx->rank, "connection to rank %d closed in the middle of a message of "
+              "collective #%u; that and later collectives fail here too", c->peer, c->rhdr.seq);
+    if (c->rreq) {
+        req_finish(c->rreq, st);
+        c->rreq = NULL;
+    } else if (u) { /* the partial message goes */
+        c->runexp = NULL;
+        if (u->claimed)
+            req_finish(u->claimed, st);
+        unexp_remove(c, u);
+        free(u->buf);
+        free(u);
+    }
+    c->rhdr_got = 0;
+    c->errored = 1;
+    fail_from_seq(ctx, st, c->rhdr.seq);
+    conn_fail_posted(c, st);
+    conn_fail_sends(c, st);
+    return 0;
+}
+
 /* Read what the socket has, up to a budget.  0 ok, -1 failed (or the
  * context failed; a failed context never reads again).  Bytes go
  * through the read-ahead buffer unless a long payload is being received;
@@ -651,7 +682,9 @@ static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c)
                 conn_fail_posted(c, ctx->remote_err);
                 return 0;
             }
-            if (c->posted_head || c->sq_head || in_payload || c->rhdr_got) {
+            if (in_payload)
+                return conn_cut_in_message(ctx, c);
+            if (c->posted_head || c->sq_head || c->rhdr_got) {
                 flx_error(NET, ctx->rank, "connection to rank %d closed%s", c->peer,
                           in_payload || c->rhdr_got ? " in the middle of a message"
                           : c->posted_head ? " while a collective waits for it"
