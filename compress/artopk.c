@@ -473,13 +473,21 @@ flx_status_t cmp_artopk_step(cmp_artopk_t *ar, const float *acc, size_t k, uint6
             cmp_topk_select(ar->sel, acc, ar->n, k, ar->p.select, ar->idx, NULL, NULL);
         res.select_s += flx_time_now() - t0;
         t0 = flx_time_now();
-        st = cmp_artopk_pipe(ar->comm, leader, ar->idx, k, acc, bad ? 1.0f : 0.0f, ar->val,
+        st = cmp_artopk_pipe(ar->comm, leader, ar->idx, k, ar->n, acc, bad ? 1.0f : 0.0f, ar->val,
                              &res.bytes_sent);
         res.comm_s += flx_time_now() - t0;
     } else {
         t0 = flx_time_now();
-        for (size_t j = 0; j < k_used; j++)
+        /* the set came from other ranks: checked (it is the same on every
+         * rank, so every rank fails alike) */
+        for (size_t j = 0; j < k_used; j++) {
+            if ((uint32_t)ar->idx[j] >= ar->n) {
+                flx_error(COMPRESS, ar->rank, "AR-Topk: index %d at position %zu of the agreed "
+                          "set is outside the %zu-element gradient", ar->idx[j], j, ar->n);
+                return FLX_ERR_PROTOCOL;
+            }
             ar->val[j] = acc[ar->idx[j]];
+        }
         ar->val[k_used] = bad ? 1.0f : 0.0f;
         res.select_s += flx_time_now() - t0;
         t0 = flx_time_now();

@@ -41,7 +41,7 @@ enum { PIPE_SCATTER = 0, PIPE_RS_VAL = 1 }; /* PIPE_RS_IDX = 1 + N, allgather 2N
 typedef struct {
     size_t *off, *len, *ilen;  /* value and index ranges per segment    */
     size_t E;                  /* elements per chunk                    */
-    size_t k;
+    size_t k, n;               /* indices; acc's length                 */
     const float *acc;
     const int32_t *idx;
     float flag;
@@ -58,25 +58,35 @@ static void pipe_chunk(const pipe_geom_t *g, int seg, size_t c, size_t *co, size
     *icl = g->ilen[seg] > *co ? FLX_MIN(g->E, g->ilen[seg] - *co) : 0;
 }
 
-/* val[pos] = base[pos - from] + this rank's value at pos, pos in [p0, p0 + cnt) */
-static void pipe_add_own(const pipe_geom_t *g, float *val, const float *base, size_t p0,
-                         size_t cnt)
+/* val[pos] = base[pos - from] + this rank's value at pos, pos in [p0, p0 + cnt);
+ * FLX_ERR_PROTOCOL (one log line) for an index, as received, outside acc */
+static flx_status_t pipe_add_own(const pipe_geom_t *g, int rank, float *val, const float *base,
+                                 size_t p0, size_t cnt)
 {
     for (size_t e = 0; e < cnt; e++) {
         size_t pos = p0 + e;
-        float own = pos < g->k ? g->acc[g->idx[pos]] : g->flag;
+        float own = g->flag;
+        if (pos < g->k) {
+            if ((uint32_t)g->idx[pos] >= g->n) {
+                flx_error(COMPRESS, rank, "AR-Topk: index %d received at position %zu is "
+                          "outside the %zu-element gradient", g->idx[pos], pos, g->n);
+                return FLX_ERR_PROTOCOL;
+            }
+            own = g->acc[g->idx[pos]];
+        }
         val[pos] = base ? base[e] + own : own;
     }
+    return FLX_OK;
 }
 
-static flx_status_t pipe_run(flx_comm_h comm, int leader, int32_t *idx, size_t k,
+static flx_status_t pipe_run(flx_comm_h comm, int leader, int32_t *idx, size_t k, size_t n_acc,
                              const float *acc, float flag, float *val, uint64_t *bytes_p)
 {
     const int n = comm->size, r = comm->rank;
     const int next = topo_ring_next(r, n), prev = topo_ring_prev(r, n);
     const int is_leader = r == leader;
     const size_t K = k + 1;
-    pipe_geom_t g = {.k = k, .acc = acc, .idx = idx, .flag = flag};
+    pipe_geom_t g = {.k = k, .n = n_acc, .acc = acc, .idx = idx, .flag = flag};
     size_t maxlen, nch, nreq, nsend = 0, nscatter = 0;
     uint64_t bytes = 0;
     tl_req_t *sreq, *rv, *ri, *sc;
@@ -146,9 +156,10 @@ static flx_status_t pipe_run(flx_comm_h comm, int leader, int32_t *idx, size_t k
             pipe_chunk(&g, seg, c, &co, &cl, &icl);
             if (!is_leader && icl > 0)
                 st = coll_wait(comm, &sc[c]);
+            if (st == FLX_OK)
+                st = pipe_add_own(&g, r, val, NULL, p0, cl);
             if (st != FLX_OK)
                 break;
-            pipe_add_own(&g, val, NULL, p0, cl);
             st = coll_send(comm, next, COLL_STEP(PIPE_RS_VAL, c), val + p0, cl * sizeof(float),
                            &sreq[nsend++]);
             bytes += cl * sizeof(float);
@@ -180,9 +191,10 @@ static flx_status_t pipe_run(flx_comm_h comm, int leader, int32_t *idx, size_t k
             st = coll_wait(comm, &rv[c]);
             if (st == FLX_OK && icl > 0)
                 st = coll_wait(comm, &ri[c]);
+            if (st == FLX_OK)
+                st = pipe_add_own(&g, r, val, tmp + co, p0, cl);
             if (st != FLX_OK)
                 break;
-            pipe_add_own(&g, val, tmp + co, p0, cl);
             if (s + 1 < n - 1) {
                 st = coll_send(comm, next, COLL_STEP(PIPE_RS_VAL + s + 1, c), val + p0,
                                cl * sizeof(float), &sreq[nsend++]);
@@ -209,7 +221,7 @@ static flx_status_t pipe_run(flx_comm_h comm, int leader, int32_t *idx, size_t k
     return st;
 }
 
-flx_status_t cmp_artopk_pipe(flx_comm_h comm, int leader, int32_t *idx, size_t k,
+flx_status_t cmp_artopk_pipe(flx_comm_h comm, int leader, int32_t *idx, size_t k, size_t n,
                              const float *acc, float flag, float *val, uint64_t *bytes_p)
 {
     flx_status_t st;
@@ -229,5 +241,5 @@ flx_status_t cmp_artopk_pipe(flx_comm_h comm, int leader, int32_t *idx, size_t k
         val[k] = flag;
         return comm_leave(comm, FLX_OK);
     }
-    return comm_leave(comm, pipe_run(comm, leader, idx, k, acc, flag, val, bytes_p));
+    return comm_leave(comm, pipe_run(comm, leader, idx, k, n, acc, flag, val, bytes_p));
 }

@@ -132,8 +132,9 @@ flx_status_t cmp_artopk_step(cmp_artopk_t *ar, const float *acc, size_t k, uint6
 /* The fused exchange of CMP_INDEX_PIPELINED (artopk_pipe.c): the leader's
  * idx[0, k) reach every rank while val[0, k] becomes the sum over ranks of
  * acc[idx[j]] (val[k]: the sum of the ranks' flag).  idx is read on the
- * leader and written elsewhere; val is written everywhere. */
-flx_status_t cmp_artopk_pipe(flx_comm_h comm, int leader, int32_t *idx, size_t k,
+ * leader and written elsewhere; val is written everywhere.  acc holds n
+ * floats: an index received outside [0, n) is FLX_ERR_PROTOCOL. */
+flx_status_t cmp_artopk_pipe(flx_comm_h comm, int leader, int32_t *idx, size_t k, size_t n,
                              const float *acc, float flag, float *val, uint64_t *bytes_p);
 
 /* ---- quantisers (quant.c) ------------------------------------------------------- */

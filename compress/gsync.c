@@ -159,6 +159,10 @@ static flx_status_t gsync_resolve(const flx_gsync_opts_t *opts, size_t n, int ra
                   (int)o->leader, (int)o->index_mode);
         return FLX_ERR_INVALID_ARG;
     }
+    if ((unsigned)o->collective > FLX_GSYNC_COLL_ALLREDUCE) {
+        flx_error(COMPRESS, rank, "flx_gsync_create: unknown collective %d", (int)o->collective);
+        return FLX_ERR_INVALID_ARG;
+    }
     if (o->method == FLX_COMPRESS_TOPK && o->collective != FLX_GSYNC_COLL_AUTO &&
         o->collective != FLX_GSYNC_COLL_ARTOPK && o->collective != FLX_GSYNC_COLL_ALLGATHER) {
         flx_error(COMPRESS, rank, "flx_gsync_create: top-k combines by auto, artopk or "
@@ -362,11 +366,14 @@ flx_status_t flx_gsync_set_kept_fraction(flx_gsync_h h, double c)
         return FLX_ERR_INVALID_ARG;
     }
     st = gsync_reserve(h, gsync_k(c, h->n));
-    if (st != FLX_OK) {
+    if (st == FLX_ERR_NO_MEMORY)
         flx_error(COMPRESS, h->rank, "flx_gsync_set_kept_fraction: no memory for k = %zu",
                   gsync_k(c, h->n));
+    else if (st != FLX_OK) /* the previous step's index exchange, waited for, failed */
+        flx_error(COMPRESS, h->rank, "flx_gsync_set_kept_fraction: the previous step's index "
+                  "exchange failed (%s)", flx_status_string(st));
+    if (st != FLX_OK)
         return st;
-    }
     h->c = c;
     h->k = gsync_k(c, h->n);
     return FLX_OK;

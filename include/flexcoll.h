@@ -429,7 +429,9 @@ FLX_API flx_status_t flx_gsync_step(flx_gsync_h h, float *grad_in_out,
  * buffers that cannot be had. */
 FLX_API flx_status_t flx_gsync_set_kept_fraction(flx_gsync_h h, double kept_fraction);
 /* TOPK: switch between FLX_GSYNC_COLL_AUTO, _ARTOPK and _ALLGATHER from the
- * next step on (same on every rank). */
+ * next step on (same on every rank).  FLX_ERR_INVALID_ARG for another method
+ * or collective; FLX_ERR_UNSUPPORTED for one that create did not prepare
+ * (create with FLX_GSYNC_COLL_AUTO to switch freely). */
 FLX_API flx_status_t flx_gsync_set_collective(flx_gsync_h h, flx_gsync_coll_t collective);
 /* k for the current kept fraction. */
 FLX_API size_t flx_gsync_kept(flx_gsync_h h);

@@ -29,6 +29,7 @@
 #include "compress/topk.h"
 #include "collectives/coll.h"
 #include "common/dtype.h"
+#include "common/time.h"
 #include "common/util.h"
 
 #include <check.h>
@@ -693,6 +694,52 @@ static int body_overflow(flx_comm_h comm, int rank, int N, void *arg)
     return 0;
 }
 
+/* Pipelined AR-Topk with an index outside the gradient in the leader's set
+ * (what a corrupt peer would send): the ranks that receive it refuse it
+ * (FLX_ERR_PROTOCOL, one log line) and never read outside acc; the others
+ * hear of it (FLX_ERR_PEER_LOST); nobody waits for the timeout.  Exit code
+ * 10: refused here, 11: told. */
+static int body_pipe_bad_index(flx_comm_h comm, int rank, int N, void *arg)
+{
+    int32_t idx[3] = {3, 150, 7};
+    float acc[100], val[4];
+    uint64_t bytes = 0;
+    flx_status_t st;
+    double t0 = flx_time_now();
+
+    (void)arg;
+    (void)N;
+    for (int i = 0; i < 100; i++)
+        acc[i] = (float)i;
+    if (rank != 0)
+        memset(idx, 0, sizeof(idx));
+    st = cmp_artopk_pipe(comm, 0, idx, 3, 100, acc, 0.0f, val, &bytes);
+    if (flx_time_now() - t0 > 10.0)
+        return mp_fail(rank, "the refusal took %.1f s", flx_time_now() - t0);
+    if (st == FLX_ERR_PROTOCOL)
+        return 10;
+    if (st == FLX_ERR_PEER_LOST)
+        return 11;
+    return mp_fail(rank, "index 150 of 100 gave %s", flx_status_string(st));
+}
+
+START_TEST(test_pipe_bad_index)
+{
+    int n = _i, codes[8], refused = 0;
+
+    if (!mp_nranks_wanted(n))
+        return;
+    setenv("FLX_TIMEOUT", "20s", 1);
+    mp_run(n, body_pipe_bad_index, NULL, 60, codes);
+    unsetenv("FLX_TIMEOUT");
+    for (int r = 0; r < n; r++) {
+        ck_assert_msg(codes[r] == 10 || codes[r] == 11, "rank %d exit %d", r, codes[r]);
+        refused += codes[r] == 10;
+    }
+    ck_assert_msg(refused > 0, "no rank refused the index");
+}
+END_TEST
+
 /* Bad arguments: local errors, no communication, the object keeps working. */
 static int body_bad_args(flx_comm_h comm, int rank, int N, void *arg)
 {
@@ -720,6 +767,13 @@ static int body_bad_args(flx_comm_h comm, int rank, int N, void *arg)
     o.method = FLX_COMPRESS_COUNT;
     if (flx_gsync_create(comm, 100, &o, &h) != FLX_ERR_INVALID_ARG)
         return mp_fail(rank, "unknown method accepted");
+    o.method = FLX_COMPRESS_QSGD8; /* a method that picks no collective: still checked */
+    o.field_mask |= FLX_GSYNC_OPT_COLLECTIVE;
+    o.collective = (flx_gsync_coll_t)9;
+    if (flx_gsync_create(comm, 100, &o, &h) != FLX_ERR_INVALID_ARG)
+        return mp_fail(rank, "unknown collective 9 accepted");
+    o.collective = FLX_GSYNC_COLL_AUTO;
+    o.field_mask &= ~(uint64_t)FLX_GSYNC_OPT_COLLECTIVE;
     o.method = FLX_COMPRESS_POWERSGD;
     o.field_mask |= FLX_GSYNC_OPT_POWERSGD_RANK;
     o.powersgd_rank = 0;
@@ -1144,6 +1198,7 @@ int main(void)
     tcase_add_loop_test(tc, test_large, 3, 4);
     tcase_add_loop_test(tc, test_bad_gradient, 1, 5);
     tcase_add_loop_test(tc, test_overflow, 1, 5);
+    tcase_add_loop_test(tc, test_pipe_bad_index, 2, 5);
     tcase_add_loop_test(tc, test_bad_args, 1, 3);
     tcase_add_loop_test(tc, test_casts, 1, 6);
     tcase_add_loop_test(tc, test_qsgd, 1, 6);
