@@ -119,9 +119,10 @@ flx_status_t comm_enter(flx_comm_h comm)
     comm_wait_idle(comm);
     pthread_mutex_lock(&comm->exec);
     comm_sync_abort(comm);
-    if (comm->err != FLX_OK) {
+    if (comm->err != FLX_OK) { /* after an abort: aborted, whatever failed first */
+        flx_status_t st = comm_aborted(comm) ? FLX_ERR_ABORTED : comm->err;
         pthread_mutex_unlock(&comm->exec);
-        return comm->err;
+        return st;
     }
     return FLX_OK;
 }

@@ -29,7 +29,7 @@ static void *async_worker(void *arg)
 
         pthread_mutex_lock(&comm->exec);
         comm_sync_abort(comm);
-        st = comm->err;
+        st = comm->err != FLX_OK && comm_aborted(comm) ? FLX_ERR_ABORTED : comm->err;
         if (st == FLX_OK) {
             st = req->kind == COLL_ALLREDUCE
                      ? comm_run_allreduce(comm, req->sendbuf, req->recvbuf, req->count,

@@ -722,6 +722,44 @@ START_TEST(test_abort_late)
 }
 END_TEST
 
+/* An abort after another failure: later calls return FLX_ERR_ABORTED (what
+ * the abort promises), and the first error stays the first one. */
+static int raw_abort_after_failure(int rank, int size, const char *root, void *arg)
+{
+    float x = 1;
+    flx_comm_h comm;
+    flx_status_t st;
+
+    (void)size;
+    (void)arg;
+    if (mp_comm_create(rank, size, root, &comm) != FLX_OK)
+        return mp_fail(rank, "create");
+    if (flx_barrier(comm) != FLX_OK)
+        return mp_fail(rank, "first barrier");
+    if (rank == 1)
+        _exit(0); /* gone without a goodbye */
+    st = flx_allreduce(comm, &x, &x, 1, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO);
+    if (st != FLX_ERR_PEER_LOST)
+        return mp_fail(rank, "allreduce with rank 1 gone: %s", flx_status_name(st));
+    flx_comm_abort(comm);
+    if ((st = flx_barrier(comm)) != FLX_ERR_ABORTED)
+        return mp_fail(rank, "barrier after the abort: %s", flx_status_name(st));
+    if ((st = flx_comm_get_async_error(comm)) != FLX_ERR_PEER_LOST)
+        return mp_fail(rank, "first error: %s", flx_status_name(st));
+    flx_comm_destroy(comm);
+    return 0;
+}
+
+START_TEST(test_abort_after_failure)
+{
+    setenv("FLX_TIMEOUT", "20s", 1);
+    setenv("FLX_CALIBRATE", "no", 1);
+    ck_assert_int_eq(mp_run_raw(2, raw_abort_after_failure, NULL, 40, NULL), 0);
+    assert_no_children();
+    fault_env_clear();
+}
+END_TEST
+
 /* Chain broadcasts of 32 MiB from rank 0; rank 2 comes 1.5 s late, so rank
  * 1 is still forwarding broadcast A when rank 0, done with A, aborts at
  * 150 ms in the middle of sending B.  Ranks 1 and 2 must complete A with
@@ -803,6 +841,7 @@ int main(void)
     tcase_add_loop_test(fault_case(s, "abort"), test_abort, 0, 3);
     tcase_add_loop_test(fault_case(s, "abort_late"), test_abort_late, 0, 2);
     tcase_add_test(fault_case(s, "cut_message"), test_cut_message);
+    tcase_add_test(fault_case(s, "abort_after_failure"), test_abort_after_failure);
     tcase_add_test(fault_case(s, "async_error"), test_async_error);
     tcase_add_test(fault_case(s, "send_to_failed"), test_send_to_failed);
     tcase_add_loop_test(fault_case(s, "watchdog"), test_watchdog, 0, WD_COUNT);
