@@ -65,6 +65,17 @@ static void fault_env_clear(void)
     unsetenv("FLX_CALIBRATE");
 }
 
+/* n ranks of body under FLX_TIMEOUT timeout (no calibration), killed after
+ * harness_s; every rank must pass and no child may be left */
+static void run_fault(int n, mp_raw_body_t body, void *arg, const char *timeout, double harness_s)
+{
+    setenv("FLX_TIMEOUT", timeout, 1);
+    setenv("FLX_CALIBRATE", "no", 1);
+    ck_assert_int_eq(mp_run_raw(n, body, arg, harness_s, NULL), 0);
+    assert_no_children();
+    fault_env_clear();
+}
+
 /* ---- SIGKILL at a random moment -------------------------------------------- */
 
 typedef struct {
@@ -410,11 +421,7 @@ START_TEST(test_watchdog)
 {
     int kind = _i;
 
-    setenv("FLX_TIMEOUT", "1s", 1);
-    setenv("FLX_CALIBRATE", "no", 1);
-    ck_assert_int_eq(mp_run_raw(2, raw_watchdog, &kind, 30, NULL), 0);
-    assert_no_children();
-    fault_env_clear();
+    run_fault(2, raw_watchdog, &kind, "1s", 30);
 }
 END_TEST
 
@@ -517,11 +524,7 @@ START_TEST(test_abort)
 {
     int mode = _i;
 
-    setenv("FLX_TIMEOUT", "30s", 1);
-    setenv("FLX_CALIBRATE", "no", 1);
-    ck_assert_int_eq(mp_run_raw(2, raw_abort, &mode, 30, NULL), 0);
-    assert_no_children();
-    fault_env_clear();
+    run_fault(2, raw_abort, &mode, "30s", 30);
 }
 END_TEST
 
@@ -631,14 +634,7 @@ static int raw_send_to_failed(int rank, int size, const char *root, void *arg)
     return 0;
 }
 
-START_TEST(test_send_to_failed)
-{
-    setenv("FLX_TIMEOUT", "20s", 1);
-    setenv("FLX_CALIBRATE", "no", 1);
-    ck_assert_int_eq(mp_run_raw(2, raw_send_to_failed, NULL, 40, NULL), 0);
-    assert_no_children();
-    fault_env_clear();
-}
+START_TEST(test_send_to_failed) { run_fault(2, raw_send_to_failed, NULL, "20s", 40); }
 END_TEST
 
 /* ---- an abort as a collective ends; a failure in the middle of a message ------------ */
@@ -714,11 +710,7 @@ START_TEST(test_abort_late)
 {
     int mode = _i;
 
-    setenv("FLX_TIMEOUT", "20s", 1);
-    setenv("FLX_CALIBRATE", "no", 1);
-    ck_assert_int_eq(mp_run_raw(2, raw_abort_late, &mode, 40, NULL), 0);
-    assert_no_children();
-    fault_env_clear();
+    run_fault(2, raw_abort_late, &mode, "20s", 40);
 }
 END_TEST
 
@@ -750,14 +742,7 @@ static int raw_abort_after_failure(int rank, int size, const char *root, void *a
     return 0;
 }
 
-START_TEST(test_abort_after_failure)
-{
-    setenv("FLX_TIMEOUT", "20s", 1);
-    setenv("FLX_CALIBRATE", "no", 1);
-    ck_assert_int_eq(mp_run_raw(2, raw_abort_after_failure, NULL, 40, NULL), 0);
-    assert_no_children();
-    fault_env_clear();
-}
+START_TEST(test_abort_after_failure) { run_fault(2, raw_abort_after_failure, NULL, "20s", 40); }
 END_TEST
 
 /* Chain broadcasts of 32 MiB from rank 0; rank 2 comes 1.5 s late, so rank
@@ -811,13 +796,9 @@ static int raw_cut_message(int rank, int size, const char *root, void *arg)
 
 START_TEST(test_cut_message)
 {
-    setenv("FLX_TIMEOUT", "20s", 1);
-    setenv("FLX_CALIBRATE", "no", 1);
     setenv("FLX_ALGO", "ring", 1); /* the chain broadcast */
-    ck_assert_int_eq(mp_run_raw(3, raw_cut_message, NULL, 40, NULL), 0);
+    run_fault(3, raw_cut_message, NULL, "20s", 40);
     unsetenv("FLX_ALGO");
-    assert_no_children();
-    fault_env_clear();
 }
 END_TEST
 
