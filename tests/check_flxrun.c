@@ -282,6 +282,52 @@ static bool pid_gone_within(pid_t pid, double limit_s)
     }
 }
 
+/* flxrun with stdout into a pipe that nobody reads (and stderr to
+ * /dev/null): pid, and the pipe's read end in *rfd_p. */
+static pid_t spawn_stuck(const char *const *args, int *rfd_p)
+{
+    const char *argv[16];
+    int fds[2];
+    pid_t pid;
+    size_t i;
+
+    argv[0] = flxrun_path();
+    for (i = 0; args[i] != NULL; i++)
+        argv[i + 1] = args[i];
+    argv[i + 1] = NULL;
+    ck_assert_int_eq(pipe2(fds, O_CLOEXEC), 0);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int null_fd = open("/dev/null", O_RDWR);
+        dup2(null_fd, STDIN_FILENO);
+        dup2(fds[1], STDOUT_FILENO);
+        dup2(null_fd, STDERR_FILENO);
+        execv(argv[0], (char *const *)argv);
+        _exit(126);
+    }
+    close(fds[1]);
+    *rfd_p = fds[0];
+    return pid;
+}
+
+/* Waits up to limit_s for pid; its exit code, or -1 (still running: killed). */
+static int wait_exit_within(pid_t pid, double limit_s)
+{
+    double deadline = now_s() + limit_s;
+    int status;
+
+    while (now_s() < deadline) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 1000 + WTERMSIG(status);
+        usleep(20000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
 /* ---- tests ---------------------------------------------------------------- */
 
 START_TEST(test_hello_env)
@@ -525,8 +571,9 @@ END_TEST
 /* Ranks that just die from the forwarded signal: 128+signo. */
 START_TEST(test_signal_kills_plain_ranks)
 {
-    static const int signos[] = {SIGTERM, SIGINT, SIGHUP};
-    static const char *const args[] = {"-n", "2", "sh", "-c", "echo ready; exec sleep 30",
+    static const int signos[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+    static const char *const args[] = {"-n", "2", "sh", "-c",
+                                       "ulimit -c 0; echo ready; exec sleep 30",
                                        NULL};
     size_t s;
 
@@ -608,6 +655,66 @@ START_TEST(test_long_line_split)
 }
 END_TEST
 
+/* A line of exactly 4096 or 8192 bytes (whole buffers) then its newline:
+ * one or two pieces, no empty line after them. */
+START_TEST(test_buffer_sized_lines)
+{
+    run_result_t r;
+
+    RUN(&r, "-n", "1", "sh", "-c",
+        "head -c 4096 /dev/zero | tr '\\0' x; echo; head -c 8192 /dev/zero | tr '\\0' y; "
+        "echo; echo end");
+    ck_assert_msg(r.code == 0, "exit %d, stderr:\n%s", r.code, r.err);
+    ck_assert_msg(count_all_lines(r.out) == 4, "%d lines", count_all_lines(r.out));
+    ck_assert_int_eq(count_lines(r.out, "[0] "), 0);
+    ck_assert_int_eq(count_lines(r.out, "[0] end"), 1);
+    run_result_free(&r);
+}
+END_TEST
+
+/* Output held back by a reader that does not read: the timeout (exit 124)
+ * and a forwarded SIGTERM still come (flxrun waited in write() before). */
+START_TEST(test_stuck_reader)
+{
+    static const char *const timed[] = {"-n", "1", "-t", "1", "yes", NULL};
+    static const char *const plain[] = {"-n", "1", "yes", NULL};
+    int rfd, code;
+    pid_t pid;
+
+    pid = spawn_stuck(timed, &rfd);
+    code = wait_exit_within(pid, 10.0);
+    ck_assert_msg(code == 124, "timeout with a stuck reader: exit %d", code);
+    close(rfd);
+    pid = spawn_stuck(plain, &rfd);
+    usleep(500000);
+    kill(pid, SIGTERM);
+    code = wait_exit_within(pid, 10.0);
+    ck_assert_msg(code == 128 + SIGTERM, "SIGTERM with a stuck reader: exit %d", code);
+    close(rfd);
+}
+END_TEST
+
+/* flxrun killed outright (SIGKILL, nothing to forward): its ranks go too. */
+START_TEST(test_flxrun_killed)
+{
+    char dir[256], script[512];
+    const char *args[] = {"-n", "2", "sh", "-c", script, NULL};
+    static const run_step_t steps[] = {{"ready", 2, SIGKILL}, {NULL, 0, 0}};
+    const run_spec_t spec = {.args = args, .steps = steps};
+    run_result_t r;
+
+    tmpdir_make(dir, sizeof(dir));
+    snprintf(script, sizeof(script), "echo $$ > %s/pid.$FLX_RANK; echo ready; exec sleep 30",
+             dir);
+    run_flxrun(&spec, &r);
+    ck_assert_msg(r.code == 1000 + SIGKILL, "exit %d", r.code);
+    ck_assert_msg(pid_gone_within(pidfile_read(dir, "pid.0"), 3.0), "rank 0 outlived flxrun");
+    ck_assert_msg(pid_gone_within(pidfile_read(dir, "pid.1"), 3.0), "rank 1 outlived flxrun");
+    run_result_free(&r);
+    tmpdir_remove(dir);
+}
+END_TEST
+
 /* Many ranks, many lines each: nothing lost, no line torn. */
 START_TEST(test_many_ranks_many_lines)
 {
@@ -641,7 +748,7 @@ START_TEST(test_bad_usage)
         {NULL},
         {"-n", "0", "true", NULL},
         {"-n", "abc", "true", NULL},
-        {"-n", "4097", "true", NULL},
+        {"-n", "2049", "true", NULL},                /* above a communicator's 2048 */
         {"-n", "-1", "true", NULL},
         {"-n", "3", NULL},
         {"-n", "3", "--", NULL},
@@ -744,8 +851,11 @@ static Suite *flxrun_suite(void)
     tcase_add_test(tc_sig, test_sigterm_forwarded);
     tcase_add_test(tc_sig, test_signal_kills_plain_ranks);
     tcase_add_test(tc_sig, test_second_sigint_kills);
+    tcase_add_test(tc_sig, test_stuck_reader);
+    tcase_add_test(tc_sig, test_flxrun_killed);
     tcase_add_test(tc_out, test_stderr_prefixed_and_partial_lines);
     tcase_add_test(tc_out, test_long_line_split);
+    tcase_add_test(tc_out, test_buffer_sized_lines);
     tcase_add_test(tc_out, test_many_ranks_many_lines);
     tcase_add_test(tc_usage, test_bad_usage);
     tcase_add_test(tc_usage, test_missing_program);

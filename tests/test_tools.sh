@@ -91,4 +91,17 @@ rm -rf "$bs"
 
 out=$("$top/flx-train" --data /nonexistent/dir --epochs 1 2>&1) && fail "missing data accepted"
 echo "$out" | grep -q "/nonexistent/dir/train-images-idx3-ubyte" || fail "error does not name the file: $out"
-echo "PASS: flx-example, flx-info (-c, --calibrate), compare-mpi report, bench-select, flx-train"
+# perf tools: a sweep with no size that holds one element per rank measures
+# nothing, which is a usage error, not "OK"; flx-sparse-perf refuses an
+# unwritable --csv on every rank and a compute time that is not finite
+out=$("$top/flxrun" -n 2 "$top/flx-allgather-perf" -b 4 -e 4 2>&1); rc=$?
+[ "$rc" -eq 2 ] || fail "flx-allgather-perf -b 4 -e 4 on 2 ranks: exit $rc: $out"
+echo "$out" | grep -q "nothing measured" || fail "no reason for an empty sweep: $out"
+out=$("$top/flxrun" -n 2 "$top/flx-sparse-perf" -b 4k -e 4k -n 1 -w 0 \
+      --csv /nonexistent-dir/x.csv 2>&1); rc=$?
+[ "$rc" -eq 2 ] || fail "flx-sparse-perf with an unwritable --csv: exit $rc: $out"
+echo "$out" | grep -q "cannot open /nonexistent-dir/x.csv" || fail "--csv not named: $out"
+out=$(timeout 20 "$top/flxrun" -n 1 "$top/flx-sparse-perf" -b 4k -e 4k -n 1 -w 0 \
+      --compute-us inf 2>&1); rc=$?
+[ "$rc" -eq 2 ] || fail "flx-sparse-perf --compute-us inf: exit $rc: $out"
+echo "PASS: flx-example, flx-info (-c, --calibrate), compare-mpi report, bench-select, flx-train, perf tools' bad input"

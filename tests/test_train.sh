@@ -143,4 +143,19 @@ out=$("$top/flxrun" -n 3 --timeout 120 "$top/flx-train" --synthetic --model mlp:
       --policy selsync --lr 100 --epochs 3 2>&1) && fail "selsync went on with NaN: $out"
 echo "$out" | grep -q "selsync: this rank's gradient holds NaN or Inf: every rank stops" ||
     fail "no clear error for a NaN gradient under selsync: $out"
+# an unwritable step log: every rank stops at once with a clear error (rank 1
+# reported a lost peer in the first sync before)
+out=$("$top/flxrun" -n 2 --timeout 60 "$top/flx-train" --synthetic --model mlp:64 \
+      --log /nonexistent-dir/run.csv 2>&1) && fail "an unwritable --log was accepted: $out"
+echo "$out" | grep -q "^\[0\] flx-train: cannot write /nonexistent-dir/run.csv" ||
+    fail "rank 0 does not name the log it cannot write: $out"
+echo "$out" | grep -q "^\[1\] flx-train: rank 1: rank 0 cannot write the step log" ||
+    fail "rank 1 does not say why it stops: $out"
+echo "$out" | grep -q "peer lost" && fail "an unwritable --log looked like a lost peer: $out"
+# dense: the same divergence stops every rank too (it trained on NaN and
+# exited 0 before)
+out=$("$top/flxrun" -n 3 --timeout 120 "$top/flx-train" --synthetic --model mlp:64 --batch 32 \
+      --policy dense --lr 100 --epochs 3 2>&1) && fail "dense went on with NaN: $out"
+echo "$out" | grep -q "dense: the averaged gradient holds NaN or Inf" ||
+    fail "no clear error for a NaN gradient under dense: $out"
 echo "PASS: flx-train, every policy on 1 and 3 ranks"

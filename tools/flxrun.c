@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -57,7 +58,7 @@
 #define PACKAGE_VERSION "unknown"
 #endif
 
-#define FLXRUN_MAX_RANKS     4096
+#define FLXRUN_MAX_RANKS     2048   /* a communicator's most (FLX_SIZE) */
 #define FLXRUN_LINE_MAX      4096   /* bytes of one output line before a split */
 #define FLXRUN_KILL_GRACE_S  3.0    /* SIGTERM -> SIGKILL */
 #define FLXRUN_DRAIN_S       1.0    /* after SIGKILL, wait this long for pipes */
@@ -71,7 +72,7 @@
  * has no other way to reach the poll loop. */
 static int flxrun_sig_wfd = -1;
 
-static const int flxrun_fwd_signals[] = {SIGINT, SIGTERM, SIGHUP};
+static const int flxrun_fwd_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 
 typedef struct {
     long nranks;
@@ -85,6 +86,7 @@ typedef struct {
     int dst_fd;                  /* STDOUT_FILENO or STDERR_FILENO */
     long rank;
     size_t len;                  /* bytes pending in buf (no newline among them) */
+    bool split;                  /* the last piece emitted was a full buffer */
     char buf[FLXRUN_LINE_MAX];
 } flxrun_stream_t;
 
@@ -120,29 +122,6 @@ static double flxrun_now(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Writes all of buf to fd.  Output that cannot be written (closed pipe) is
- * dropped: the job keeps running. */
-static void flxrun_write_all(int fd, const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, buf, len);
-
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-
-                (void)poll(&pfd, 1, -1);
-                continue;
-            }
-            return;
-        }
-        buf += n;
-        len -= (size_t)n;
-    }
 }
 
 #define FLXRUN_USAGE_LINE "usage: flxrun -n N [-t|--timeout S] [--] PROG [ARGS...]\n"
@@ -494,13 +473,16 @@ static void flxrun_signals_reset(const sigset_t *old)
 
 /* Runs in the child: never returns. */
 static void flxrun_rank_exec(const flxrun_opts_t *opts, long rank, int out_wfd, int err_wfd,
-                             const sigset_t *old_mask)
+                             const sigset_t *old_mask, pid_t parent)
 {
     char num[32];
     int null_fd;
 
     flxrun_signals_reset(old_mask);
     (void)setpgid(0, 0);
+    /* flxrun killed outright (SIGKILL) cannot stop the ranks: they go too */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+        _exit(FLXRUN_EXIT_NOEXEC);
 
     null_fd = open("/dev/null", O_RDONLY);
     if (null_fd >= 0 && null_fd != STDIN_FILENO) {
@@ -528,18 +510,19 @@ static int flxrun_rank_start(flxrun_job_t *job, long rank, const sigset_t *old_m
     flxrun_stream_t *out = &job->streams[2 * rank];
     flxrun_stream_t *err = &job->streams[2 * rank + 1];
     int out_fds[2], err_fds[2];
-    pid_t pid;
+    pid_t pid, parent;
 
     if (pipe2(out_fds, O_CLOEXEC) < 0)
         goto err_print;
     if (pipe2(err_fds, O_CLOEXEC) < 0)
         goto err_close_out;
 
+    parent = getpid();
     pid = fork();
     if (pid < 0)
         goto err_close_err;
     if (pid == 0)
-        flxrun_rank_exec(job->opts, rank, out_fds[1], err_fds[1], old_mask);
+        flxrun_rank_exec(job->opts, rank, out_fds[1], err_fds[1], old_mask, parent);
 
     (void)setpgid(pid, pid);                         /* also done by the child: no race */
     close(out_fds[1]);
@@ -671,23 +654,101 @@ static void flxrun_job_reap(flxrun_job_t *job)
     }
 }
 
+/* ---- signals and deadlines ------------------------------------------------ */
+
+static bool flxrun_job_signals_drain(flxrun_job_t *job);
+
+/* Acts on the deadlines that have passed (the timeout, SIGKILL after the
+ * grace period); returns the next one (monotonic seconds), or -1. */
+static double flxrun_job_deadlines(flxrun_job_t *job)
+{
+    double now = flxrun_now(), next = -1;
+
+    if (!job->stopping && job->timeout_deadline > 0) {
+        if (now >= job->timeout_deadline) {
+            if (job->exit_code < 0)
+                job->exit_code = FLXRUN_EXIT_TIMEOUT;
+            flxrun_job_stop(job); /* before the message: stderr may be slow to take it */
+            fprintf(stderr, "flxrun: timeout after %g s; stopping %ld ranks\n",
+                    job->opts->timeout_s, job->nstarted - job->nexited);
+        } else {
+            next = job->timeout_deadline;
+        }
+    }
+    if (job->stopping && !job->killed) {
+        if (now >= job->kill_deadline)
+            flxrun_job_kill(job);
+        else
+            next = job->kill_deadline;
+    }
+    if (job->killed && job->nexited == job->nstarted)
+        next = job->drain_deadline;
+    return next;
+}
+
+/* The poll timeout (ms) until deadline next (-1: none). */
+static int flxrun_poll_ms(double next)
+{
+    double now = flxrun_now();
+
+    if (next < 0)
+        return -1;
+    if (next - now > 60.0)
+        return 60000;                                /* far deadline: just look again */
+    return next <= now ? 0 : (int)((next - now) * 1000.0) + 1;   /* round up */
+}
+
 /* ---- output --------------------------------------------------------------- */
 
-/* Writes "[rank] " + len bytes of line + "\n" in one write. */
-static void flxrun_stream_emit(const flxrun_stream_t *s, const char *line, size_t len)
+/* Writes all of buf to fd, PIPE_BUF bytes at a time once poll says fd takes
+ * them (a pipe then takes them without blocking), so that while a reader
+ * holds the output back, signals are still forwarded and the timeout and
+ * the kill still come.  Output that cannot be written (closed pipe) is
+ * dropped: the job keeps running. */
+static void flxrun_write_all(flxrun_job_t *job, int fd, const char *buf, size_t len)
+{
+    while (len > 0) {
+        struct pollfd p[2] = {{.fd = fd, .events = POLLOUT}, {.fd = job->sig_rfd, .events = POLLIN}};
+        ssize_t n;
+
+        /* everybody is gone and the drain time is up: the rest is dropped */
+        if (job->killed && job->nexited == job->nstarted && flxrun_now() >= job->drain_deadline)
+            return;
+        if (poll(p, 2, flxrun_poll_ms(flxrun_job_deadlines(job))) < 0 && errno != EINTR)
+            return;
+        if (p[1].revents & POLLIN && flxrun_job_signals_drain(job))
+            flxrun_job_scan(job);
+        if (p[0].revents & (POLLERR | POLLNVAL))
+            return;
+        if (!(p[0].revents & (POLLOUT | POLLHUP)))
+            continue;
+        n = write(fd, buf, len < PIPE_BUF ? len : PIPE_BUF);
+        if (n < 0) {
+            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
+                continue;
+            return;
+        }
+        buf += n;
+        len -= (size_t)n;
+    }
+}
+
+/* Writes "[rank] " + len bytes of line + "\n". */
+static void flxrun_stream_emit(flxrun_job_t *job, const flxrun_stream_t *s, const char *line,
+                               size_t len)
 {
     char out[FLXRUN_LINE_MAX + 32];
     int plen = snprintf(out, sizeof(out), "[%ld] ", s->rank);
 
     memcpy(out + plen, line, len);
     out[(size_t)plen + len] = '\n';
-    flxrun_write_all(s->dst_fd, out, (size_t)plen + len + 1);
+    flxrun_write_all(job, s->dst_fd, out, (size_t)plen + len + 1);
 }
 
 static void flxrun_stream_close(flxrun_job_t *job, flxrun_stream_t *s, struct pollfd *pfd)
 {
     if (s->len > 0)
-        flxrun_stream_emit(s, s->buf, s->len);
+        flxrun_stream_emit(job, s, s->buf, s->len);
     s->len = 0;
     close(s->fd);
     s->fd = -1;
@@ -715,13 +776,19 @@ static void flxrun_stream_read(flxrun_job_t *job, flxrun_stream_t *s, struct pol
     s->len += (size_t)n;
     for (i = s->len - (size_t)n; i < s->len; i++) {
         if (s->buf[i] == '\n') {
-            flxrun_stream_emit(s, s->buf + start, i - start);
+            /* a newline right after a split ends the piece already out */
+            if (!(s->split && i == 0))
+                flxrun_stream_emit(job, s, s->buf + start, i - start);
+            s->split = false;
             start = i + 1;
         }
     }
+    if (s->len > 0)
+        s->split = false;
     if (start == 0 && s->len == sizeof(s->buf)) {
-        flxrun_stream_emit(s, s->buf, s->len);       /* over-long line: split it */
+        flxrun_stream_emit(job, s, s->buf, s->len);       /* over-long line: split it */
         start = s->len;
+        s->split = true;
     }
     memmove(s->buf, s->buf + start, s->len - start);
     s->len -= start;
@@ -772,8 +839,7 @@ static void flxrun_job_run(flxrun_job_t *job)
         job->timeout_deadline = flxrun_now() + job->opts->timeout_s;
 
     for (;;) {
-        double now, next = -1;
-        int timeout_ms;
+        double next;
         nfds_t k;
 
         if (need_scan) {
@@ -786,37 +852,10 @@ static void flxrun_job_run(flxrun_job_t *job)
             flxrun_job_stop(job);                    /* leftovers hold the pipes */
         }
 
-        now = flxrun_now();
-        if (!job->stopping && job->timeout_deadline > 0) {
-            if (now >= job->timeout_deadline) {
-                if (job->exit_code < 0)
-                    job->exit_code = FLXRUN_EXIT_TIMEOUT;
-                fprintf(stderr, "flxrun: timeout after %g s; stopping %ld ranks\n",
-                        job->opts->timeout_s, job->nstarted - job->nexited);
-                flxrun_job_stop(job);
-            } else {
-                next = job->timeout_deadline;
-            }
-        }
-        if (job->stopping && !job->killed) {
-            if (now >= job->kill_deadline)
-                flxrun_job_kill(job);
-            else
-                next = job->kill_deadline;
-        }
-        if (job->killed && job->nexited == job->nstarted) {
-            if (now >= job->drain_deadline)
-                break;
-            next = job->drain_deadline;
-        }
-
-        if (next < 0)
-            timeout_ms = -1;
-        else if (next - now > 60.0)
-            timeout_ms = 60000;                      /* far deadline: just look again */
-        else
-            timeout_ms = (int)((next - now) * 1000.0) + 1;   /* round up */
-        if (poll(job->pfds, npfds, timeout_ms) < 0) {
+        next = flxrun_job_deadlines(job);
+        if (job->killed && job->nexited == job->nstarted && flxrun_now() >= job->drain_deadline)
+            break;
+        if (poll(job->pfds, npfds, flxrun_poll_ms(next)) < 0) {
             if (errno == EINTR)
                 continue;
             fprintf(stderr, "flxrun: poll: %s\n", strerror(errno));

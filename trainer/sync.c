@@ -279,6 +279,17 @@ static flx_status_t sync_dense(sync_t *s, sync_report_t *r)
     r->collective = s->N > 1 ? dense_name(algo) : "dense";
     r->comm_s = flx_time_now() - t0;
     r->gain = 1;
+    if (st == FLX_OK) { /* the mean is the same bits on every rank: all stop alike */
+        size_t i = 0;
+        while (i < s->n && isfinite(g[i]))
+            i++;
+        if (i < s->n) {
+            flx_error(TRAIN, s->rank, "dense: the averaged gradient holds NaN or Inf at "
+                      "parameter %zu (some rank's gradient did, or the sum overflowed): every "
+                      "rank stops", i);
+            st = FLX_ERR_INVALID_ARG;
+        }
+    }
     return st;
 }
 

@@ -589,6 +589,20 @@ int main(int argc, char **argv)
     }
     r.rank = flx_comm_rank(r.comm);
     r.size = flx_comm_size(r.comm);
+    {   /* rank 0 writes the step log: opened first, so every rank stops at once if it cannot */
+        int32_t bad = 0;
+        if (r.rank == 0 && r.o.log_path && (r.log = fopen(r.o.log_path, "w")) == NULL) {
+            fprintf(stderr, "flx-train: cannot write %s: %s\n", r.o.log_path, strerror(errno));
+            bad = 1;
+        }
+        st = flx_allreduce(r.comm, &bad, &bad, 1, FLX_INT32, FLX_MAX, FLX_ALGO_AUTO);
+        if (st != FLX_OK || bad) {
+            if (st == FLX_OK && r.rank != 0)
+                fprintf(stderr, "flx-train: rank %d: rank 0 cannot write the step log\n",
+                        r.rank);
+            goto out;
+        }
+    }
     if (r.o.synthetic) {
         st = data_synthetic(r.o.train_limit ? r.o.train_limit : 6000, 64, 10, r.o.seed, &r.train);
         if (st == FLX_OK)
@@ -631,12 +645,7 @@ int main(int argc, char **argv)
                 policy_name(r.o.sync.policy), flx_status_string(st));
         goto out;
     }
-    if (r.rank == 0 && r.o.log_path) {
-        r.log = fopen(r.o.log_path, "w");
-        if (r.log == NULL) {
-            fprintf(stderr, "flx-train: cannot write %s: %s\n", r.o.log_path, strerror(errno));
-            goto out;
-        }
+    if (r.log) {
         fprintf(r.log, "step,epoch,time_s,loss,policy,collective,kept_fraction,bytes,select_s,"
                        "comm_s,compute_s,gain,critical,synced,test_acc,decide_s,agree_s,lr,wall_s\n");
     }

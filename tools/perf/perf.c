@@ -868,6 +868,7 @@ static flx_status_t perf_sweep(perf_engine_t *eng, flx_dtype_t dtype, flx_op_t o
     perf_case_t c;
     char row[512], s1[32], s2[32], s3[32];
     flx_status_t st;
+    int runnable = 0;
 
     for (size_t size = eng->args.min_bytes, next;; size = next) {
         memset(&c, 0, sizeof(c));
@@ -881,6 +882,7 @@ static flx_status_t perf_sweep(perf_engine_t *eng, flx_dtype_t dtype, flx_op_t o
         c.sendbuf = eng->sendbuf;
         c.recvbuf = eng->recvbuf;
         coll->counts(size, es, eng->nranks, &c.count, &c.send_bytes, &c.recv_bytes);
+        runnable += c.count != 0;
         /* -a all: every algorithm at this size before the next size, so a
          * change of load on the machine hits them alike */
         for (int a = 0; c.count != 0 && a < eng->nalgos; a++) {
@@ -928,6 +930,13 @@ static flx_status_t perf_sweep(perf_engine_t *eng, flx_dtype_t dtype, flx_op_t o
         next = perf_next_size(&eng->args, size);
         if (next <= size) /* 0: the sweep is over */
             break;
+    }
+    if (runnable == 0) { /* the same on every rank */
+        if (eng->rank == 0)
+            fprintf(stderr, "%s: no size from %zu to %zu bytes holds one %s per rank on %d "
+                    "ranks: nothing measured (raise -e)\n", coll->name, eng->args.min_bytes,
+                    eng->args.max_bytes, flx_dtype_name(dtype), eng->nranks);
+        return FLX_ERR_INVALID_ARG;
     }
     return FLX_OK;
 }
@@ -1154,7 +1163,7 @@ int perf_main(const perf_coll_t *coll, int argc, char **argv)
                 continue;
             st = perf_sweep(&eng, (flx_dtype_t)d, (flx_op_t)o);
             if (st != FLX_OK)
-                rc = PERF_EXIT_FAIL;
+                rc = st == FLX_ERR_INVALID_ARG ? PERF_EXIT_USAGE : PERF_EXIT_FAIL;
         }
     }
 

@@ -38,6 +38,7 @@
 #include "common/config.h"
 #include "common/time.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdint.h>
@@ -173,8 +174,8 @@ static int sparse_perf_parse(sparse_perf_args_t *a, int quiet, int argc, char **
             break;
         case 'U': {
             char *end;
-            a->compute_us = strtod(optarg, &end);
-            if (*end != '\0' || !(a->compute_us >= 0)) goto err_usage;
+            a->compute_us = strtod(optarg, &end); /* at most an hour: a finite spin */
+            if (*end != '\0' || !(a->compute_us >= 0 && a->compute_us <= 3.6e9)) goto err_usage;
             break;
         }
         case 'C': a->csv_path = optarg; break;
@@ -379,9 +380,22 @@ int main(int argc, char **argv)
     cmp_rng_seed(&rng, 1234, (uint64_t)sp.rank, 0);
     for (size_t i = 0; i < nmax; i++)
         sp.grad0[i] = cmp_rng_normal(&rng);
+    {   /* rank 0 writes the CSV: every rank stops if it cannot */
+        int32_t bad = 0, bad_all = 0;
+        if (sp.rank == 0 && args.csv_path && (csv = fopen(args.csv_path, "w")) == NULL) {
+            fprintf(stderr, SPARSE_PERF_NAME ": cannot open %s for writing: %s\n",
+                    args.csv_path, strerror(errno));
+            bad = 1;
+        }
+        st = flx_allreduce(sp.comm, &bad, &bad_all, 1, FLX_INT32, FLX_MAX, FLX_ALGO_AUTO);
+        if (st != FLX_OK || bad_all) {
+            if (csv)
+                fclose(csv);
+            flx_comm_destroy(sp.comm);
+            return st != FLX_OK ? PERF_EXIT_FAIL : PERF_EXIT_USAGE;
+        }
+    }
     if (sp.rank == 0) {
-        if (args.csv_path && (csv = fopen(args.csv_path, "w")) == NULL)
-            perror(args.csv_path);
         if (csv)
             fprintf(csv, "bytes,count,kept,k,method,ranks,time_s,comm_s,select_s,pred_s,"
                          "algbw_GBs,busbw_GBs,sent_bytes,wrong\n");
