@@ -97,6 +97,10 @@ echo "$out" | grep -q "/nonexistent/dir/train-images-idx3-ubyte" || fail "error 
 out=$("$top/flxrun" -n 2 "$top/flx-allgather-perf" -b 4 -e 4 2>&1); rc=$?
 [ "$rc" -eq 2 ] || fail "flx-allgather-perf -b 4 -e 4 on 2 ranks: exit $rc: $out"
 echo "$out" | grep -q "nothing measured" || fail "no reason for an empty sweep: $out"
+mem_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)   # buffers twice the host's memory
+out=$("$top/flxrun" -n 1 "$top/flx-allreduce-perf" -b 8 -e $((mem_kib * 2048)) 2>&1); rc=$?
+[ "$rc" -eq 2 ] || fail "flx-allreduce-perf -e beyond memory: exit $rc: $out"
+echo "$out" | grep -q "more than this host's" || fail "no reason for -e beyond memory: $out"
 out=$("$top/flxrun" -n 2 "$top/flx-sparse-perf" -b 4k -e 4k -n 1 -w 0 \
       --csv /nonexistent-dir/x.csv 2>&1); rc=$?
 [ "$rc" -eq 2 ] || fail "flx-sparse-perf with an unwritable --csv: exit $rc: $out"

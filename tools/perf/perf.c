@@ -1063,6 +1063,19 @@ static int perf_engine_setup(perf_engine_t *eng)
         send_cap = sb > send_cap ? sb : send_cap;
         recv_cap = rb > recv_cap ? rb : recv_cap;
     }
+    {   /* the buffers are touched in full: more than this host's memory for
+         * its ranks would end in the OOM killer, not in an error */
+        const char *ls = getenv("FLX_LOCAL_SIZE");
+        double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+        double local = ls && atoi(ls) > 0 ? atoi(ls) : 1;
+        if (phys > 0 && (double)(send_cap + recv_cap) * local > phys) {
+            if (eng->rank == 0)
+                fprintf(stderr, "%s: -e %zu needs %zu + %zu bytes of buffers per rank, %.0f "
+                        "ranks here: more than this host's %.1f GiB (lower -e)\n", coll->name,
+                        eng->args.max_bytes, send_cap, recv_cap, local, phys / 1073741824.0);
+            return PERF_EXIT_USAGE;
+        }
+    }
     if (posix_memalign(&eng->sendbuf, 4096, send_cap ? send_cap : 64) != 0 ||
         posix_memalign(&eng->recvbuf, 4096, recv_cap ? recv_cap : 64) != 0) {
         fprintf(stderr, "%s: rank %d: cannot allocate %zu + %zu bytes of buffers\n",
