@@ -247,13 +247,28 @@ flx_status_t flx_comm_link_model(flx_comm_h comm, flx_link_model_t *model_p)
     return FLX_OK;
 }
 
+/* The backend's registration cache is also used by the collective running
+ * in the progress thread: changed under the execution lock, after it. */
+static flx_status_t comm_mem_op(flx_comm_h comm, void *ptr, size_t len, int reg)
+{
+    flx_status_t st = FLX_OK;
+
+    if (reg ? comm->tl->mem_register == NULL : comm->tl->mem_deregister == NULL)
+        return FLX_OK;
+    pthread_mutex_lock(&comm->exec);
+    st = reg ? comm->tl->mem_register(comm->tlctx, ptr, len)
+             : comm->tl->mem_deregister(comm->tlctx, ptr);
+    pthread_mutex_unlock(&comm->exec);
+    return st;
+}
+
 flx_status_t flx_mem_register(flx_comm_h comm, void *ptr, size_t len)
 {
     if (comm == NULL || ptr == NULL || len == 0) {
         flx_error(COLL, comm ? comm->rank : -1, "flx_mem_register: NULL or empty range");
         return FLX_ERR_INVALID_ARG;
     }
-    return comm->tl->mem_register ? comm->tl->mem_register(comm->tlctx, ptr, len) : FLX_OK;
+    return comm_mem_op(comm, ptr, len, 1);
 }
 
 flx_status_t flx_mem_deregister(flx_comm_h comm, void *ptr)
@@ -262,7 +277,7 @@ flx_status_t flx_mem_deregister(flx_comm_h comm, void *ptr)
         flx_error(COLL, comm ? comm->rank : -1, "flx_mem_deregister: NULL argument");
         return FLX_ERR_INVALID_ARG;
     }
-    return comm->tl->mem_deregister ? comm->tl->mem_deregister(comm->tlctx, ptr) : FLX_OK;
+    return comm_mem_op(comm, ptr, 0, 0);
 }
 
 /* A block of at least *bytes_p; *bytes_p becomes its size.  From

@@ -21,6 +21,7 @@ typedef struct {
     size_t len;              /* CFG_STRING: buffer size */
     long min, max;           /* CFG_INT bounds; CFG_SIZE: max if > 0;
                                 CFG_SIZE, CFG_TIME: min 1 rejects 0;
+                                CFG_SIZE: min > 1 is the least size;
                                 CFG_TIME: max (seconds) if > 0 */
     const char *const *choices; /* CFG_ENUM, NULL-terminated */
 } cfg_field_t;
@@ -56,8 +57,8 @@ static const cfg_field_t cfg_table[] = {
      OFF(connect_timeout_s), 0, 1, 0, NULL},
     {"HANDSHAKE_TIMEOUT", "5s", "how long an accepted connection may take to authenticate", CFG_TIME,
      OFF(handshake_timeout_s), 0, 1, 0, NULL},
-    {"CHUNK_SIZE", "512k", "pipeline chunk of ring, tree and broadcast algorithms", CFG_SIZE,
-     OFF(chunk_size), 0, 1, 0, NULL},
+    {"CHUNK_SIZE", "512k", "pipeline chunk of ring, tree and broadcast algorithms (at least 4k)",
+     CFG_SIZE, OFF(chunk_size), 0, 4096, 0, NULL},
     {"TCP_SOCKBUF", "0", "SO_SNDBUF/SO_RCVBUF of data sockets (0: kernel autotuning)", CFG_SIZE,
      OFF(tcp_sockbuf), 0, 0, 0, NULL},
     {"TCP_PARK", "10ms", "tcp: a message of 64 KiB or more that arrives before its receive is posted "
@@ -109,15 +110,22 @@ static const cfg_field_t cfg_table[] = {
 };
 #define CFG_COUNT (sizeof(cfg_table) / sizeof(cfg_table[0]))
 
+/* A plain decimal number (digits, a point, an exponent): strtod alone
+ * would also take leading blanks, a sign, hex ("0x10", "0x1p20"). */
 static int parse_double(const char *s, double *out_p, char **end_p)
 {
     char *end;
     double v;
 
+    if (!isdigit((unsigned char)s[0]) && !(s[0] == '.' && isdigit((unsigned char)s[1])))
+        return -1;
     errno = 0;
     v = strtod(s, &end);
     if (end == s || errno != 0 || !isfinite(v) || v < 0)
         return -1;
+    for (const char *c = s; c < end; c++)
+        if (*c == 'x' || *c == 'X' || *c == 'p' || *c == 'P')
+            return -1;
     *out_p = v;
     *end_p = end;
     return 0;
@@ -143,7 +151,8 @@ int flx_parse_size(const char *s, size_t *out_p)
         end += strlen(end);
     else if (strcasecmp(end, "b") == 0)
         end++;
-    if (*end != '\0' || v * mult > 9.0e18)
+    /* a whole number of bytes: "1.5k" is 1536, "1.9" or "0.3k" is no size */
+    if (*end != '\0' || v * mult > 9.0e18 || floor(v * mult) != v * mult)
         return -1;
     *out_p = (size_t)(v * mult);
     return 0;
@@ -193,7 +202,8 @@ int flx_parse_int(const char *s, long min, long max, long *out_p)
     char *end;
     long v;
 
-    if (s == NULL || *s == '\0')
+    if (s == NULL || !(isdigit((unsigned char)s[0]) ||
+                       (s[0] == '-' && isdigit((unsigned char)s[1])))) /* no blank, no '+' */
         return -1;
     errno = 0;
     v = strtol(s, &end, 10);
@@ -266,8 +276,15 @@ static const char *kind_expect(const cfg_field_t *f)
 {
     switch (f->kind) {
     case CFG_INT: return "an integer in range";
-    case CFG_SIZE: return f->min > 0 ? "a nonzero size such as 4096, 64k, 4M or 1G"
-                                     : "a size such as 4096, 64k, 4M or 1G";
+    case CFG_SIZE:
+        if (f->min > 1) {
+            static __thread char buf[80];
+            snprintf(buf, sizeof(buf), "a whole size of at least %ld bytes such as 64k or 4M",
+                     f->min);
+            return buf;
+        }
+        return f->min > 0 ? "a nonzero whole size such as 4096, 64k, 4M or 1G"
+                          : "a whole size such as 4096, 64k, 4M or 1G";
     case CFG_TIME:
         if (f->max > 0) {
             static __thread char buf[64];
@@ -304,7 +321,7 @@ static int field_parse(const cfg_field_t *f, flx_config_t *cfg, const char *valu
         return 0;
     case CFG_SIZE:
         if (flx_parse_size(value, &sz) != 0 || (f->max > 0 && sz > (size_t)f->max) ||
-            (f->min > 0 && sz == 0))
+            (f->min > 0 && sz == 0) || (f->min > 1 && sz < (size_t)f->min))
             return -1;
         *(size_t *)base = sz;
         return 0;

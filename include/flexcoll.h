@@ -168,7 +168,8 @@ FLX_API const char *flx_comm_net_name(flx_comm_h comm);
  * On the ib backend such buffers are registered once and reused zero-copy
  * (other buffers are registered for each message that needs it, since
  * memory freed and allocated again may have new pages).  No effect on tcp.
- * Call collectively or not: it is local.
+ * Call collectively or not: it is local.  A collective running in the
+ * background (non-blocking requests) finishes its current call first.
  */
 FLX_API flx_status_t flx_mem_register(flx_comm_h comm, void *ptr, size_t len);
 FLX_API flx_status_t flx_mem_deregister(flx_comm_h comm, void *ptr);

@@ -317,6 +317,13 @@ START_TEST(test_load_malformed)
         {"FLX_TIMEOUT", "0"},         {"FLX_CONNECT_TIMEOUT", "0s"}, {"FLX_HANDSHAKE_TIMEOUT", "0ms"},
         {"FLX_CHUNK_SIZE", "0"},      {"FLX_TIMEOUT", "1e308m"},    {"FLX_ALPHA", "1e308min"},
         {"FLX_BETA", "1e300G"},
+        /* not plain decimal numbers: hex, blanks, signs; fractions of a byte */
+        {"FLX_CHUNK_SIZE", "0x10000"}, {"FLX_CHUNK_SIZE", " 64k"},  {"FLX_CHUNK_SIZE", "1.9"},
+        {"FLX_TCP_SOCKBUF", "0.3k"},  {"FLX_BETA", "0x10M"},       {"FLX_BETA", "-0"},
+        {"FLX_CONNECT_TIMEOUT", "0x10"}, {"FLX_TIMEOUT", "+5s"},   {"FLX_SIZE", "+3"},
+        {"FLX_SIZE", " 3"},           {"FLX_ALPHA", "0x1p-20"},
+        /* a pipeline chunk so small that a job would crawl */
+        {"FLX_CHUNK_SIZE", "1k"},     {"FLX_CHUNK_SIZE", "4095"},
     };
     char longroot[400];
 

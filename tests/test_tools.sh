@@ -97,6 +97,15 @@ echo "$out" | grep -q "/nonexistent/dir/train-images-idx3-ubyte" || fail "error 
 out=$("$top/flxrun" -n 2 "$top/flx-allgather-perf" -b 4 -e 4 2>&1); rc=$?
 [ "$rc" -eq 2 ] || fail "flx-allgather-perf -b 4 -e 4 on 2 ranks: exit $rc: $out"
 echo "$out" | grep -q "nothing measured" || fail "no reason for an empty sweep: $out"
+# a missing FLX_SOCKET_IFNAME fails every rank at once, the root too (alone
+# here: it waited for FLX_CONNECT_TIMEOUT before)
+t0=$(date +%s)
+out=$(FLX_RANK=0 FLX_SIZE=2 FLX_ROOT=127.0.0.1:$((20000 + $$ % 20000)) FLX_JOB_SECRET=s FLX_SOCKET_IFNAME=no-such-if0 \
+      FLX_CONNECT_TIMEOUT=30s timeout 60 "$top/flx-example" 2>&1) &&
+    fail "FLX_SOCKET_IFNAME=no-such-if0 accepted: $out"
+[ $(($(date +%s) - t0)) -lt 10 ] || fail "a missing FLX_SOCKET_IFNAME took $(($(date +%s) - t0)) s"
+echo "$out" | grep -q "FLX_SOCKET_IFNAME=no-such-if0: no such interface" ||
+    fail "the missing interface is not named: $out"
 mem_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)   # buffers twice the host's memory
 out=$("$top/flxrun" -n 1 "$top/flx-allreduce-perf" -b 8 -e $((mem_kib * 2048)) 2>&1); rc=$?
 [ "$rc" -eq 2 ] || fail "flx-allreduce-perf -e beyond memory: exit $rc: $out"

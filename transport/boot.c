@@ -407,6 +407,12 @@ flx_status_t boot_create(int rank, int size, const char *root, const char *secre
     st = sock_parse_addr(root, &root_addr);
     if (st != FLX_OK)
         goto err_destroy_boot;
+    if (cfg->socket_ifname[0]) { /* before anything waits on it: the root too fails at once */
+        struct in_addr ifaddr;
+        st = sock_ifname_addr(cfg->socket_ifname, &ifaddr);
+        if (st != FLX_OK)
+            goto err_destroy_boot;
+    }
     st = rank == 0 ? boot_root(boot, &root_addr, &lfd, deadline)
                    : boot_member(boot, &root_addr, &lfd, deadline);
     if (st == FLX_OK)
