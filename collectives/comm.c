@@ -258,6 +258,7 @@ static flx_status_t comm_mem_op(flx_comm_h comm, void *ptr, size_t len, int reg)
     pthread_mutex_lock(&comm->exec);
     st = reg ? comm->tl->mem_register(comm->tlctx, ptr, len)
              : comm->tl->mem_deregister(comm->tlctx, ptr);
+    comm_sync_abort(comm); /* an abort that came meanwhile: the peers hear of it now */
     pthread_mutex_unlock(&comm->exec);
     return st;
 }

@@ -282,9 +282,9 @@ static bool pid_gone_within(pid_t pid, double limit_s)
     }
 }
 
-/* flxrun with stdout into a pipe that nobody reads (and stderr to
- * /dev/null): pid, and the pipe's read end in *rfd_p. */
-static pid_t spawn_stuck(const char *const *args, int *rfd_p)
+/* flxrun with stdout into a pipe that nobody reads (stderr too if err_too,
+ * else to /dev/null): pid, and the pipe's read end in *rfd_p. */
+static pid_t spawn_stuck(const char *const *args, int err_too, int *rfd_p)
 {
     const char *argv[16];
     int fds[2];
@@ -302,7 +302,7 @@ static pid_t spawn_stuck(const char *const *args, int *rfd_p)
         int null_fd = open("/dev/null", O_RDWR);
         dup2(null_fd, STDIN_FILENO);
         dup2(fds[1], STDOUT_FILENO);
-        dup2(null_fd, STDERR_FILENO);
+        dup2(err_too ? fds[1] : null_fd, STDERR_FILENO);
         execv(argv[0], (char *const *)argv);
         _exit(126);
     }
@@ -673,7 +673,8 @@ START_TEST(test_buffer_sized_lines)
 END_TEST
 
 /* Output held back by a reader that does not read: the timeout (exit 124)
- * and a forwarded SIGTERM still come (flxrun waited in write() before). */
+ * and a forwarded SIGTERM still come (flxrun waited in write() before), also
+ * when its own messages (stderr) go to the same stuck pipe. */
 START_TEST(test_stuck_reader)
 {
     static const char *const timed[] = {"-n", "1", "-t", "1", "yes", NULL};
@@ -681,11 +682,14 @@ START_TEST(test_stuck_reader)
     int rfd, code;
     pid_t pid;
 
-    pid = spawn_stuck(timed, &rfd);
-    code = wait_exit_within(pid, 10.0);
-    ck_assert_msg(code == 124, "timeout with a stuck reader: exit %d", code);
-    close(rfd);
-    pid = spawn_stuck(plain, &rfd);
+    for (int err_too = 0; err_too < 2; err_too++) {
+        pid = spawn_stuck(timed, err_too, &rfd);
+        code = wait_exit_within(pid, 10.0);
+        ck_assert_msg(code == 124, "timeout with a stuck reader (stderr %s): exit %d",
+                      err_too ? "too" : "apart", code);
+        close(rfd);
+    }
+    pid = spawn_stuck(plain, 1, &rfd);
     usleep(500000);
     kill(pid, SIGTERM);
     code = wait_exit_within(pid, 10.0);

@@ -40,6 +40,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -115,6 +116,25 @@ typedef struct {
 } flxrun_job_t;
 
 /* ---- small helpers ------------------------------------------------------ */
+
+/* flxrun's own message while the job runs: written only if stderr takes it
+ * now (a reader holding the output back must not stop the timeout, the
+ * forwarding of signals or the kill), else dropped. */
+static void flxrun_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void flxrun_say(const char *fmt, ...)
+{
+    char buf[512];
+    struct pollfd p = {.fd = STDERR_FILENO, .events = POLLOUT};
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (n <= 0 || poll(&p, 1, 0) != 1 || !(p.revents & POLLOUT))
+        return;
+    (void)write(STDERR_FILENO, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+}
 
 static double flxrun_now(void)
 {
@@ -602,10 +622,10 @@ static void flxrun_rank_exited(flxrun_job_t *job, long rank, const siginfo_t *in
     job->exit_code = code;
     if (!job->stopping && job->interrupt_signo == 0) {
         if (info->si_code == CLD_EXITED)
-            fprintf(stderr, "flxrun: rank %ld exited with status %d; stopping the other ranks\n",
+            flxrun_say("flxrun: rank %ld exited with status %d; stopping the other ranks\n",
                     rank, info->si_status);
         else
-            fprintf(stderr, "flxrun: rank %ld killed by signal %d (%s); stopping the other ranks\n",
+            flxrun_say("flxrun: rank %ld killed by signal %d (%s); stopping the other ranks\n",
                     rank, info->si_status, strsignal(info->si_status));
     }
     if (job->interrupt_signo != 0 && !job->stopping) {
@@ -668,8 +688,8 @@ static double flxrun_job_deadlines(flxrun_job_t *job)
         if (now >= job->timeout_deadline) {
             if (job->exit_code < 0)
                 job->exit_code = FLXRUN_EXIT_TIMEOUT;
-            flxrun_job_stop(job); /* before the message: stderr may be slow to take it */
-            fprintf(stderr, "flxrun: timeout after %g s; stopping %ld ranks\n",
+            flxrun_job_stop(job);
+            flxrun_say("flxrun: timeout after %g s; stopping %ld ranks\n",
                     job->opts->timeout_s, job->nstarted - job->nexited);
         } else {
             next = job->timeout_deadline;

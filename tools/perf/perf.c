@@ -857,7 +857,8 @@ static void perf_format_model(const perf_engine_t *eng, const perf_case_t *c, ch
 }
 
 /* The sweep over sizes for one (type, op). */
-static flx_status_t perf_sweep(perf_engine_t *eng, flx_dtype_t dtype, flx_op_t op)
+/* *empty_p: no size of the sweep holds one element per rank (nothing ran) */
+static flx_status_t perf_sweep(perf_engine_t *eng, flx_dtype_t dtype, flx_op_t op, int *empty_p)
 {
     const perf_coll_t *coll = eng->coll;
     size_t es = flx_dtype_size(dtype);
@@ -931,6 +932,7 @@ static flx_status_t perf_sweep(perf_engine_t *eng, flx_dtype_t dtype, flx_op_t o
         if (next <= size) /* 0: the sweep is over */
             break;
     }
+    *empty_p = runnable == 0;
     if (runnable == 0) { /* the same on every rank */
         if (eng->rank == 0)
             fprintf(stderr, "%s: no size from %zu to %zu bytes holds one %s per rank on %d "
@@ -1174,9 +1176,10 @@ int perf_main(const perf_coll_t *coll, int argc, char **argv)
         for (int o = 0; o < FLX_OP_COUNT && rc == 0; o++) {
             if ((coll->flags & PERF_COLL_USES_OP) ? !(eng.args.ops & (1u << o)) : o != 0)
                 continue;
-            st = perf_sweep(&eng, (flx_dtype_t)d, (flx_op_t)o);
+            int empty = 0;
+            st = perf_sweep(&eng, (flx_dtype_t)d, (flx_op_t)o, &empty);
             if (st != FLX_OK)
-                rc = st == FLX_ERR_INVALID_ARG ? PERF_EXIT_USAGE : PERF_EXIT_FAIL;
+                rc = empty ? PERF_EXIT_USAGE : PERF_EXIT_FAIL;
         }
     }
 

@@ -367,20 +367,8 @@ int main(int argc, char **argv)
     sp.rank = flx_comm_rank(sp.comm);
     sp.nranks = flx_comm_size(sp.comm);
     flx_comm_link_model(sp.comm, &lm);
-    nmax = args.max_bytes / 4;
-    sp.grad0 = malloc(nmax * sizeof(float));
-    sp.work = malloc(nmax * sizeof(float));
-    sp.sums = malloc((size_t)sp.nranks * sizeof(uint64_t));
-    for (int s = 0; s < 3; s++)
-        sp.samples[s] = malloc((size_t)args.iters * sizeof(double));
-    if (!sp.grad0 || !sp.work || !sp.sums || !sp.samples[0] || !sp.samples[1] || !sp.samples[2]) {
-        fprintf(stderr, SPARSE_PERF_NAME ": out of memory for %zu floats\n", nmax);
-        return PERF_EXIT_FAIL;
-    }
-    cmp_rng_seed(&rng, 1234, (uint64_t)sp.rank, 0);
-    for (size_t i = 0; i < nmax; i++)
-        sp.grad0[i] = cmp_rng_normal(&rng);
-    {   /* rank 0 writes the CSV: every rank stops if it cannot */
+    {   /* rank 0 writes the CSV: every rank stops if it cannot
+         * (before anything else is allocated) */
         int32_t bad = 0, bad_all = 0;
         if (sp.rank == 0 && args.csv_path && (csv = fopen(args.csv_path, "w")) == NULL) {
             fprintf(stderr, SPARSE_PERF_NAME ": cannot open %s for writing: %s\n",
@@ -395,6 +383,19 @@ int main(int argc, char **argv)
             return st != FLX_OK ? PERF_EXIT_FAIL : PERF_EXIT_USAGE;
         }
     }
+    nmax = args.max_bytes / 4;
+    sp.grad0 = malloc(nmax * sizeof(float));
+    sp.work = malloc(nmax * sizeof(float));
+    sp.sums = malloc((size_t)sp.nranks * sizeof(uint64_t));
+    for (int s = 0; s < 3; s++)
+        sp.samples[s] = malloc((size_t)args.iters * sizeof(double));
+    if (!sp.grad0 || !sp.work || !sp.sums || !sp.samples[0] || !sp.samples[1] || !sp.samples[2]) {
+        fprintf(stderr, SPARSE_PERF_NAME ": out of memory for %zu floats\n", nmax);
+        return PERF_EXIT_FAIL;
+    }
+    cmp_rng_seed(&rng, 1234, (uint64_t)sp.rank, 0);
+    for (size_t i = 0; i < nmax; i++)
+        sp.grad0[i] = cmp_rng_normal(&rng);
     if (sp.rank == 0) {
         if (csv)
             fprintf(csv, "bytes,count,kept,k,method,ranks,time_s,comm_s,select_s,pred_s,"
