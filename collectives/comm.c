@@ -251,7 +251,7 @@ flx_status_t flx_comm_link_model(flx_comm_h comm, flx_link_model_t *model_p)
  * in the progress thread: changed under the execution lock, after it. */
 static flx_status_t comm_mem_op(flx_comm_h comm, void *ptr, size_t len, int reg)
 {
-    flx_status_t st = FLX_OK;
+    flx_status_t st;
 
     if (reg ? comm->tl->mem_register == NULL : comm->tl->mem_deregister == NULL)
         return FLX_OK;

@@ -1,6 +1,7 @@
 /* dtype.c -- element type names and sizes; half/bfloat16 conversions. */
 #include "common/dtype.h"
 
+#include <math.h>
 #include <string.h>
 
 static const size_t dtype_sizes[FLX_DTYPE_COUNT] = {4, 8, 2, 2, 4, 8};
@@ -30,4 +31,12 @@ const char *flx_op_name(flx_op_t op)
 const char *flx_algo_name(flx_algo_t algo)
 {
     return (unsigned)algo < FLX_ALGO_COUNT ? algo_names[algo] : "invalid";
+}
+
+size_t flx_first_nonfinite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return i;
+    return n;
 }

@@ -19,6 +19,8 @@ void flx_reduce(void *restrict inout, const void *restrict in, size_t count,
 void flx_reduce_finish(void *buf, size_t count, flx_dtype_t dtype, flx_op_t op,
                        int nranks);
 int flx_dtype_valid(flx_dtype_t dtype);
+/* The index of the first NaN or Inf in x[0, n), or n if there is none. */
+size_t flx_first_nonfinite(const float *x, size_t n);
 int flx_op_valid(flx_op_t op);
 
 /* Conversions, inline so that the half kernels vectorise. */

@@ -471,15 +471,6 @@ static flx_status_t gsync_fail_overflow(flx_gsync_h h, size_t element)
     return FLX_ERR_INVALID_ARG;
 }
 
-/* The first non-finite x[i] (i < n), or n. */
-static size_t first_nonfinite(const float *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i]))
-            return i;
-    return n;
-}
-
 /* The residual update is done: the acc buffer becomes the residual. */
 static void gsync_commit_residual(flx_gsync_h h)
 {
@@ -603,7 +594,7 @@ static flx_status_t gsync_step_sparse(flx_gsync_h h, float *grad, flx_gsync_repo
             return st;
         if (any_bad)
             return gsync_fail_bad(h, bad);
-        if ((j_bad = first_nonfinite(grad, h->n)) < h->n)
+        if ((j_bad = flx_first_nonfinite(grad, h->n)) < h->n)
             return gsync_fail_overflow(h, j_bad);
         t1 = flx_time_now();
         if (div != 1.0f)
@@ -632,7 +623,7 @@ static flx_status_t gsync_step_sparse(flx_gsync_h h, float *grad, flx_gsync_repo
     if (any_bad)
         return gsync_fail_bad(h, bad);
     /* ARTOPK, RANDK: one index set, summed values */
-    if ((j_bad = first_nonfinite(val, kk)) < kk)
+    if ((j_bad = flx_first_nonfinite(val, kk)) < kk)
         return gsync_fail_overflow(h, (size_t)idx[j_bad]);
     t1 = flx_time_now();
     if (h->o.error_feedback)
@@ -726,7 +717,7 @@ static flx_status_t gsync_step_qsgd(flx_gsync_h h, float *grad, flx_gsync_report
     memset(grad, 0, h->n * sizeof(float));
     for (size_t r = 0; r < N; r++)
         cmp_qsgd8_decode_add(h->qrecv + displs[r] + GSYNC_QSGD_HEADER, h->n, bucket, grad);
-    if ((i_bad = first_nonfinite(grad, h->n)) < h->n)
+    if ((i_bad = flx_first_nonfinite(grad, h->n)) < h->n)
         return gsync_fail_overflow(h, i_bad);
     if (h->o.op == FLX_AVG && h->N > 1)
         for (size_t i = 0; i < h->n; i++)
@@ -768,7 +759,6 @@ static flx_status_t gsync_step_powersgd(flx_gsync_h h, float *grad, flx_gsync_re
 static flx_status_t gsync_step_dense(flx_gsync_h h, float *grad, flx_gsync_report_t *rep)
 {
     double t0 = flx_time_now();
-    int finite = 1;
     flx_status_t st;
 
     st = flx_allreduce(h->comm, grad, grad, h->n, FLX_FLOAT32, h->o.op, FLX_ALGO_AUTO);
@@ -777,12 +767,10 @@ static flx_status_t gsync_step_dense(flx_gsync_h h, float *grad, flx_gsync_repor
         return st;
     rep->bytes_sent += (uint64_t)cmp_bytes_allreduce(
         flx_allreduce_algo(h->comm, h->n, FLX_FLOAT32), h->N, h->rank, 4.0 * (double)h->n);
-    for (size_t i = 0; i < h->n; i++)
-        finite &= isfinite(grad[i]);
     rep->collective = FLX_GSYNC_COLL_ALLREDUCE;
     rep->k = h->n;
     rep->gain = 1.0;
-    if (!finite) {
+    if (flx_first_nonfinite(grad, h->n) < h->n) {
         flx_error(COMPRESS, h->rank, "flx_gsync_step %llu: the synchronised gradient holds "
                   "NaN or Inf (some rank's gradient did)", (unsigned long long)h->step);
         return FLX_ERR_INVALID_ARG;

@@ -23,6 +23,7 @@
  * starts from a finite Q.
  */
 #include "compress/cmp.h"
+#include "common/dtype.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -42,14 +43,7 @@ struct cmp_powersgd {
     float *Qgood;  /* cols * r: Q before this step's update          */
 };
 
-static int all_finite(const float *x, size_t n)
-{
-    int finite = 1;
-
-    for (size_t i = 0; i < n; i++)
-        finite &= isfinite(x[i]);
-    return finite;
-}
+static int all_finite(const float *x, size_t n) { return flx_first_nonfinite(x, n) == n; }
 
 flx_status_t cmp_powersgd_create(flx_comm_h comm, size_t n, int rank_r, uint64_t seed,
                                  cmp_powersgd_t **ps_p)

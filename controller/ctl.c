@@ -32,6 +32,7 @@
 #include "controller/ctl.h"
 #include "collectives/coll.h"
 #include "compress/cmp.h"
+#include "common/dtype.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "common/util.h"
@@ -563,9 +564,7 @@ static flx_status_t ctl_run(flx_ctl_h h, const ctl_cand_t *c, float *grad, flx_c
         }
         st = flx_allreduce(h->comm, grad, grad, h->n, FLX_FLOAT32, FLX_AVG, algo);
         if (st == FLX_OK) { /* the same bits on every rank: every rank fails alike */
-            size_t i = 0;
-            while (i < h->n && isfinite(grad[i]))
-                i++;
+            size_t i = flx_first_nonfinite(grad, h->n);
             if (i < h->n) {
                 flx_error(CTRL, h->rank, "flx_ctl_step %llu: the dense mean holds NaN or Inf at "
                           "element %zu (some rank's gradient did, or the sum overflowed): "

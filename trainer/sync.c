@@ -15,6 +15,7 @@
  */
 #include "trainer/sync.h"
 #include "compress/cmp.h"
+#include "common/dtype.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "common/util.h"
@@ -280,9 +281,7 @@ static flx_status_t sync_dense(sync_t *s, sync_report_t *r)
     r->comm_s = flx_time_now() - t0;
     r->gain = 1;
     if (st == FLX_OK) { /* the mean is the same bits on every rank: all stop alike */
-        size_t i = 0;
-        while (i < s->n && isfinite(g[i]))
-            i++;
+        size_t i = flx_first_nonfinite(g, s->n);
         if (i < s->n) {
             flx_error(TRAIN, s->rank, "dense: the averaged gradient holds NaN or Inf at "
                       "parameter %zu (some rank's gradient did, or the sum overflowed): every "
