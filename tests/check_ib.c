@@ -1,23 +1,38 @@
 /* check_ib.c -- ib-specific behaviour on real verbs (run in the SoftRoCE VM;
  * exits 77, SKIP, where no RDMA port is active): the registration cache
- * reuses and evicts registrations, unregistered buffers go through
- * staging slots (or, all busy, a registration per message), a QP forced into the error state turns
- * into FLX_ERR_PEER_LOST on every rank, results stay exact on the RDMA
- * write path. */
+ * reuses and evicts registrations and forgets a range deregistered while
+ * in use, unregistered buffers go through staging slots (or, all busy, a
+ * registration per message), a QP forced into the error state turns into
+ * FLX_ERR_PEER_LOST on every rank, a peer's failure fails a half-written
+ * striped send at once and does not hold up the others' destroy, strangers'
+ * connection requests are rejected without a trace, results stay exact on
+ * the RDMA write path. */
 #include "tests/mp.h"
 #include "collectives/comm.h"
 #include "transport/ib/ib.h"
 
 #include <check.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <rdma/rdma_cma.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static tl_ctx_t *ib_ctx(flx_comm_h comm) { return comm->tlctx; }
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 /* 4 buffers cycled through a cache of 2: hits on reuse, evictions beyond */
 static int body_regcache(flx_comm_h comm, int rank, int size, void *arg)
@@ -396,6 +411,363 @@ START_TEST(test_qp_error)
 }
 END_TEST
 
+/* A registered range deregistered while a request still holds its cached
+ * registration: the entry must leave the cache then (it went when the
+ * request let go of it only if idle), so that new pages malloc may put at
+ * the same addresses are registered again, not found in the cache; an
+ * entry whose request failed waits on the dead list for the teardown. */
+static int body_unpin_in_use(flx_comm_h comm, int rank, int size, void *arg)
+{
+    enum { LEN = 1 << 20 };
+    tl_ctx_t *ctx = ib_ctx(comm);
+    char *buf = malloc(LEN);
+    float x[4] = {1, 2, 3, 4};
+
+    (void)size;
+    (void)arg;
+    for (int failed = 0; failed < 2; failed++) {
+        ib_mr_entry_t *e, *e2;
+        int count0;
+        uint64_t misses0;
+
+        if (buf == NULL || flx_mem_register(comm, buf, LEN) != FLX_OK)
+            return mp_fail(rank, "flx_mem_register failed");
+        if (ib_mr_get(&ctx->mrc, buf, LEN, &e) != FLX_OK || e->transient)
+            return mp_fail(rank, "a registered range got no cached registration");
+        count0 = ctx->mrc.count;
+        if (flx_mem_deregister(comm, buf) != FLX_OK)
+            return mp_fail(rank, "flx_mem_deregister failed");
+        if (ctx->mrc.count != count0 - 1)
+            return mp_fail(rank, "the cache holds %d entries after its in-use range was "
+                           "deregistered, %d before", ctx->mrc.count, count0);
+        ib_mr_put(&ctx->mrc, e, failed);
+        if (ib_mr_get_cached(&ctx->mrc, buf, LEN, &e2) != FLX_ERR_NOT_FOUND)
+            return mp_fail(rank, "the deregistered range is still in the cache (failed %d)",
+                           failed);
+        if (failed && ctx->mrc.dead != e)
+            return mp_fail(rank, "a failed request's registration outside the cache was not "
+                           "kept for the teardown");
+        /* registered again: a fresh registration (a miss), cached */
+        misses0 = ctx->mrc.misses;
+        if (flx_mem_register(comm, buf, LEN) != FLX_OK ||
+            ib_mr_get(&ctx->mrc, buf, LEN, &e2) != FLX_OK)
+            return mp_fail(rank, "registering the range again failed");
+        if (ctx->mrc.misses != misses0 + 1 || e2->transient)
+            return mp_fail(rank, "the range registered again reused the old registration");
+        ib_mr_put(&ctx->mrc, e2, 0);
+        if (flx_mem_deregister(comm, buf) != FLX_OK)
+            return mp_fail(rank, "flx_mem_deregister failed");
+    }
+    free(buf);
+    if (flx_allreduce(comm, x, x, 4, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO) != FLX_OK || x[3] != 8)
+        return mp_fail(rank, "allreduce afterwards failed");
+    return 0;
+}
+
+START_TEST(test_unpin_in_use)
+{
+    setenv("FLX_NET", "ib", 1);
+    ck_assert_int_eq(mp_run(2, body_unpin_in_use, NULL, 120, NULL), 0);
+}
+END_TEST
+
+/* Rank 1 aborts as soon as rank 0's RDMA writes start landing in its
+ * receive buffer: rank 0's 16 MiB send is striped over 2 QPs in 4 MiB
+ * pieces, the last (with the IMM) posted only after the others completed,
+ * so it hears of the failure with pieces on the wire and the rest unsent.
+ * It must fail when they complete, not at FLX_TIMEOUT.  Rank 1 stays (its
+ * exit would fail rank 0 anyway) until rank 0 is done (arg: a pipe). */
+enum { PW_COUNT = 4 << 20 }; /* floats: 16 MiB */
+
+typedef struct {
+    flx_comm_h comm;
+    volatile float *buf;
+} pw_watch_t;
+
+static void *pw_watcher(void *p)
+{
+    pw_watch_t *w = p;
+    double deadline = now_s() + 60;
+
+    while (w->buf[0] == 0 && now_s() < deadline)
+        ;
+    flx_comm_abort(w->comm);
+    return NULL;
+}
+
+static int body_partial_write(flx_comm_h comm, int rank, int size, void *arg)
+{
+    float *buf = calloc(PW_COUNT, sizeof(float));
+    pw_watch_t w = {.comm = comm, .buf = buf};
+    const int *done = arg;
+    pthread_t th;
+    flx_status_t st;
+    double t0, dt;
+
+    (void)size;
+    if (buf == NULL)
+        return mp_fail(rank, "no memory");
+    for (int i = 0; rank == 0 && i < PW_COUNT; i++)
+        buf[i] = 1.0f + (float)(i % 3);
+    if (flx_barrier(comm) != FLX_OK)
+        return mp_fail(rank, "barrier failed");
+    if (rank == 1 && pthread_create(&th, NULL, pw_watcher, &w) != 0)
+        return mp_fail(rank, "pthread_create failed");
+    t0 = now_s();
+    st = flx_broadcast(comm, buf, PW_COUNT, FLX_FLOAT32, 0);
+    dt = now_s() - t0;
+    if (rank == 0 && write(done[1], "x", 1) != 1)
+        return mp_fail(rank, "cannot tell rank 1");
+    if (rank == 1) {
+        struct pollfd pfd = {.fd = done[0], .events = POLLIN};
+        pthread_join(th, NULL);
+        if (poll(&pfd, 1, 90000) != 1)
+            return mp_fail(rank, "rank 0 never finished its broadcast");
+    }
+    free(buf);
+    if (rank == 1 && st != FLX_ERR_ABORTED)
+        return mp_fail(rank, "broadcast returned %s, not aborted", flx_status_string(st));
+    if (rank == 0 && st != FLX_ERR_PEER_LOST)
+        return mp_fail(rank, "broadcast returned %s after %.1f s, not peer lost",
+                       flx_status_string(st), dt);
+    if (dt > 20)
+        return mp_fail(rank, "broadcast took %.1f s to fail (FLX_TIMEOUT 60 s)", dt);
+    return 0;
+}
+
+START_TEST(test_partial_write)
+{
+    int done[2];
+
+    ck_assert_int_eq(pipe(done), 0);
+    setenv("FLX_NET", "ib", 1);
+    setenv("FLX_IB_QPS_PER_PEER", "2", 1);
+    setenv("FLX_CHUNK_SIZE", "16m", 1);
+    setenv("FLX_TIMEOUT", "60s", 1);
+    ck_assert_int_eq(mp_run(2, body_partial_write, done, 150, NULL), 0);
+    close(done[0]);
+    close(done[1]);
+    unsetenv("FLX_TIMEOUT");
+    unsetenv("FLX_CHUNK_SIZE");
+    unsetenv("FLX_IB_QPS_PER_PEER");
+}
+END_TEST
+
+/* Rank 2 aborts right after a broadcast that ranks 0 and 1 are still in
+ * (rank 1 comes late): they hear of it while rank 2 owes them nothing.
+ * Their destroy must not wait FLX_TIMEOUT to say goodbye to rank 2. */
+static int body_destroy_after_abort(int rank, int size, const char *root, void *arg)
+{
+    enum { COUNT = 1 << 18 }; /* 1 MiB: rendezvous, rank 0 waits for rank 1 */
+    float *buf = calloc(COUNT, sizeof(float));
+    flx_comm_h comm;
+    flx_status_t st;
+    double t0, dt;
+
+    (void)arg;
+    if (buf == NULL)
+        return mp_fail(rank, "no memory");
+    st = mp_comm_create(rank, size, root, &comm);
+    if (st != FLX_OK)
+        return mp_fail(rank, "flx_comm_create: %s", flx_status_string(st));
+    for (int i = 0; rank == 0 && i < COUNT; i++)
+        buf[i] = (float)(i % 11);
+    if (rank == 1)
+        usleep(1500 * 1000);
+    st = flx_broadcast(comm, buf, COUNT, FLX_FLOAT32, 0);
+    if (st != FLX_OK)
+        return mp_fail(rank, "broadcast: %s", flx_status_string(st));
+    for (int i = 0; i < COUNT; i++)
+        if (buf[i] != (float)(i % 11))
+            return mp_fail(rank, "broadcast result wrong at %d", i);
+    if (rank == 2)
+        flx_comm_abort(comm);
+    t0 = now_s();
+    flx_comm_destroy(comm);
+    dt = now_s() - t0;
+    free(buf);
+    if (rank != 2 && dt > 10)
+        return mp_fail(rank, "destroy took %.1f s after rank 2 aborted (FLX_TIMEOUT 30 s)", dt);
+    return 0;
+}
+
+START_TEST(test_destroy_after_abort)
+{
+    setenv("FLX_NET", "ib", 1);
+    setenv("FLX_ALGO", "tree", 1); /* binomial: rank 0 sends to 1 and 2 */
+    setenv("FLX_TIMEOUT", "30s", 1);
+    ck_assert_int_eq(mp_run_raw(3, body_destroy_after_abort, NULL, 150, NULL), 0);
+    unsetenv("FLX_TIMEOUT");
+    unsetenv("FLX_ALGO");
+}
+END_TEST
+
+/* Connection requests to a rank's ib listener after setup, from a process
+ * outside the job: one with no private data, one claiming rank 1's primary
+ * QP with a made-up token.  Each is rejected (RDMA_CM_EVENT_REJECTED at the
+ * stranger) while the job runs on, and the rank keeps no cm id of them
+ * (rdma res show cm_id: its listener and one id per connected QP). */
+typedef struct {
+    int port_pipe[2]; /* rank 0 -> stranger: address and port of its listener */
+    int done_pipe[2]; /* stranger -> rank 0: finished */
+} st_pipes_t;
+
+typedef struct {
+    uint32_t ip;   /* network order */
+    uint16_t port; /* network order */
+} st_addr_t;
+
+static int stranger_request(const st_addr_t *a, const void *priv, uint8_t priv_len)
+{
+    struct rdma_event_channel *ch = rdma_create_event_channel();
+    struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = a->port};
+    struct rdma_cm_id *id = NULL;
+    struct rdma_cm_event *ev;
+    struct rdma_conn_param param;
+    struct ibv_qp_init_attr qa;
+    enum rdma_cm_event_type want[3] = {RDMA_CM_EVENT_ADDR_RESOLVED,
+                                       RDMA_CM_EVENT_ROUTE_RESOLVED, RDMA_CM_EVENT_REJECTED};
+    int got = -1;
+
+    dst.sin_addr.s_addr = a->ip;
+    if (ch == NULL || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) != 0)
+        return mp_fail(2, "stranger: rdma_create_id: %s", strerror(errno));
+    for (int step = 0; step < 3; step++) {
+        struct pollfd pfd = {.fd = ch->fd, .events = POLLIN};
+        if (step == 0 && rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) != 0)
+            return mp_fail(2, "stranger: rdma_resolve_addr: %s", strerror(errno));
+        if (step == 1 && rdma_resolve_route(id, 2000) != 0)
+            return mp_fail(2, "stranger: rdma_resolve_route: %s", strerror(errno));
+        if (step == 2) {
+            memset(&qa, 0, sizeof(qa));
+            qa.qp_type = IBV_QPT_RC;
+            qa.cap.max_send_wr = qa.cap.max_recv_wr = 1;
+            qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+            if (rdma_create_qp(id, NULL, &qa) != 0)
+                return mp_fail(2, "stranger: rdma_create_qp: %s", strerror(errno));
+            memset(&param, 0, sizeof(param));
+            param.private_data = priv;
+            param.private_data_len = priv_len;
+            if (rdma_connect(id, &param) != 0)
+                return mp_fail(2, "stranger: rdma_connect: %s", strerror(errno));
+        }
+        if (poll(&pfd, 1, 15000) != 1 || rdma_get_cm_event(ch, &ev) != 0)
+            return mp_fail(2, "stranger: no answer to step %d in 15 s", step);
+        got = ev->event;
+        rdma_ack_cm_event(ev);
+        if (got != (int)want[step])
+            return mp_fail(2, "stranger: step %d: %s, expected %s", step,
+                           rdma_event_str((enum rdma_cm_event_type)got),
+                           rdma_event_str(want[step]));
+    }
+    rdma_destroy_qp(id);
+    rdma_destroy_id(id);
+    rdma_destroy_event_channel(ch);
+    return 0;
+}
+
+/* cm ids of this process (rdma res show cm_id), or -1 */
+static int own_cm_ids(void)
+{
+    char cmd[128], line[512];
+    int n = 0;
+    FILE *f;
+
+    snprintf(cmd, sizeof(cmd), "rdma res show cm_id 2>/dev/null");
+    f = popen(cmd, "r");
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), f)) {
+        char *p = strstr(line, " pid ");
+        if (p && atoi(p + 5) == (int)getpid())
+            n++;
+    }
+    return pclose(f) == 0 ? n : -1;
+}
+
+static int body_stranger(int rank, int size, const char *root, void *arg)
+{
+    st_pipes_t *pp = arg;
+    flx_comm_h comm;
+    flx_status_t st;
+    int flag = 0, iters = 0, ids;
+
+    (void)size;
+    if (rank == 2) { /* the stranger */
+        st_addr_t a;
+        struct { uint32_t magic; int32_t rank, qidx; uint8_t token[32]; } priv;
+        struct pollfd pfd = {.fd = pp->port_pipe[0], .events = POLLIN};
+        int rc;
+        if (poll(&pfd, 1, 120000) != 1 || read(pp->port_pipe[0], &a, sizeof(a)) != sizeof(a))
+            return mp_fail(2, "stranger: no listener address from rank 0");
+        memset(&priv, 0xa5, sizeof(priv));
+        priv.magic = htonl(0x464c5849u);
+        priv.rank = (int32_t)htonl(1);
+        priv.qidx = 0;
+        rc = stranger_request(&a, NULL, 0);
+        if (rc == 0)
+            rc = stranger_request(&a, &priv, (uint8_t)sizeof(priv));
+        if (write(pp->done_pipe[1], &rc, sizeof(rc)) != sizeof(rc))
+            return mp_fail(2, "stranger: cannot tell rank 0");
+        return rc;
+    }
+    st = mp_comm_create(rank, 2, root, &comm);
+    if (st != FLX_OK)
+        return mp_fail(rank, "flx_comm_create: %s", flx_status_string(st));
+    if (rank == 0) {
+        tl_ctx_t *ctx = ib_ctx(comm);
+        st_addr_t a = {.ip = ctx->dev.addr.sin_addr.s_addr,
+                       .port = rdma_get_src_port(ctx->listen_id)};
+        if (write(pp->port_pipe[1], &a, sizeof(a)) != sizeof(a))
+            return mp_fail(rank, "cannot tell the stranger");
+    }
+    /* collectives while the stranger knocks; rank 1 comes 20 ms late to
+     * each, so rank 0 sleeps in poll(), where the listener is watched */
+    while (!flag) {
+        float x[4] = {1, 2, 3, (float)rank};
+        if (rank == 0) {
+            struct pollfd pfd = {.fd = pp->done_pipe[0], .events = POLLIN};
+            flag = poll(&pfd, 1, 0) == 1 || iters >= 3000;
+        } else {
+            usleep(20000);
+        }
+        if (flx_broadcast(comm, &flag, 1, FLX_INT32, 0) != FLX_OK ||
+            flx_allreduce(comm, x, x, 4, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO) != FLX_OK)
+            return mp_fail(rank, "collective %d failed while the stranger knocked", iters);
+        if (x[0] != 2 || x[2] != 6 || x[3] != 1)
+            return mp_fail(rank, "wrong allreduce result while the stranger knocked");
+        iters++;
+    }
+    if (rank == 0) {
+        int rc = -1;
+        if (read(pp->done_pipe[0], &rc, sizeof(rc)) != sizeof(rc) || rc != 0)
+            return mp_fail(rank, "the stranger failed (after %d iterations)", iters);
+        ids = own_cm_ids();
+        fprintf(stderr, "rank 0: %d cm ids after the strangers\n", ids);
+        if (ids != -1 && ids != 2)
+            return mp_fail(rank, "%d cm ids after the strangers were rejected: expected 2 "
+                           "(the listener, rank 1's QP)", ids);
+        if (ids == -1)
+            fprintf(stderr, "rank 0: rdma res show cm_id unavailable: cm ids not counted\n");
+    }
+    return flx_comm_destroy(comm) == FLX_OK ? 0 : mp_fail(rank, "destroy failed");
+}
+
+START_TEST(test_stranger)
+{
+    st_pipes_t pp;
+
+    ck_assert_int_eq(pipe(pp.port_pipe), 0);
+    ck_assert_int_eq(pipe(pp.done_pipe), 0);
+    setenv("FLX_NET", "ib", 1);
+    ck_assert_int_eq(mp_run_raw(3, body_stranger, &pp, 200, NULL), 0);
+    close(pp.port_pipe[0]);
+    close(pp.port_pipe[1]);
+    close(pp.done_pipe[0]);
+    close(pp.done_pipe[1]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s;
@@ -413,6 +785,10 @@ int main(void)
     tcase_add_test(tc, test_regcache);
     tcase_add_test(tc, test_staging);
     tcase_add_test(tc, test_qp_error);
+    tcase_add_test(tc, test_unpin_in_use);
+    tcase_add_test(tc, test_partial_write);
+    tcase_add_test(tc, test_destroy_after_abort);
+    tcase_add_test(tc, test_stranger);
     suite_add_tcase(s, tc);
     tc = tcase_create("leave_pinned");
     tcase_set_timeout(tc, 300);

@@ -4,14 +4,18 @@
  * nonce per rank go round over the authenticated bootstrap mesh.  Rank i
  * connects to every j < i (address and route resolution by rdmacm, so the
  * GID and RoCE version are right) and accepts every j > i.  A connect
- * request must carry the claimed rank's nonce, which only job members
- * learned: strangers are rejected before they get a QP. */
+ * request carries a token, HMAC-SHA-256 under the job secret's key of
+ * (i, j, QP index, j's nonce, i's nonce): strangers, who lack the secret,
+ * are rejected before they get a QP, and a token seen on the fabric is
+ * good for that one QP of this job only, which is taken (a replay is a
+ * duplicate).  After setup the listener stays open only to reject. */
 #include "transport/ib/ib.h"
 #include "common/log.h"
 #include "common/time.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sodium.h>
 #include <stdlib.h>
@@ -32,8 +36,38 @@ typedef struct {
     uint32_t magic;
     int32_t rank;
     int32_t qidx;                /* 0: the primary QP, else an extra one */
-    uint8_t nonce[IB_NONCE_BYTES];
-} ib_priv_t;
+    uint8_t token[crypto_auth_hmacsha256_BYTES];
+} ib_priv_t;                     /* 44 bytes: within a REQ's 56 */
+
+/* The token of rank from's request to rank to for QP qidx. */
+static void conn_token(const tl_ctx_t *ctx, int from, int to, int qidx,
+                       const ib_boot_info_t *infos, uint8_t out[crypto_auth_hmacsha256_BYTES])
+{
+    struct {
+        uint32_t magic;
+        int32_t from, to, qidx;
+        uint8_t nonce_to[IB_NONCE_BYTES], nonce_from[IB_NONCE_BYTES];
+    } msg;
+
+    memset(&msg, 0, sizeof(msg));
+    msg.magic = htonl(IB_PRIV_MAGIC);
+    msg.from = (int32_t)htonl((uint32_t)from);
+    msg.to = (int32_t)htonl((uint32_t)to);
+    msg.qidx = (int32_t)htonl((uint32_t)qidx);
+    memcpy(msg.nonce_to, infos[to].nonce, IB_NONCE_BYTES);
+    memcpy(msg.nonce_from, infos[from].nonce, IB_NONCE_BYTES);
+    crypto_auth_hmacsha256(out, (const unsigned char *)&msg, sizeof(msg), ctx->boot->key.bytes);
+}
+
+/* Refuse a connection request: its id is ours to destroy, after the ack. */
+static void conn_reject(struct rdma_cm_event *ev)
+{
+    struct rdma_cm_id *id = ev->id;
+
+    rdma_reject(id, NULL, 0);
+    rdma_ack_cm_event(ev);
+    rdma_destroy_id(id);
+}
 
 static flx_status_t wait_cm_event(tl_ctx_t *ctx, struct rdma_event_channel *ch, double deadline,
                                   struct rdma_cm_event **ev_p)
@@ -129,9 +163,9 @@ static flx_status_t conn_create_qp(tl_ctx_t *ctx, ib_conn_t *c, struct rdma_cm_i
 }
 
 static flx_status_t conn_connect(tl_ctx_t *ctx, ib_conn_t *c, int qidx,
-                                 const ib_boot_info_t *info, const ib_boot_info_t *mine,
-                                 double deadline)
+                                 const ib_boot_info_t *infos, double deadline)
 {
+    const ib_boot_info_t *info = &infos[c->peer];
     struct sockaddr_in dst = {.sin_family = AF_INET};
     struct sockaddr_in src = ctx->dev.addr;
     struct rdma_conn_param param;
@@ -143,7 +177,7 @@ static flx_status_t conn_connect(tl_ctx_t *ctx, ib_conn_t *c, int qidx,
     dst.sin_addr.s_addr = info->ip;
     dst.sin_port = info->port;
     src.sin_port = 0;
-    memcpy(priv.nonce, mine->nonce, sizeof(priv.nonce));
+    conn_token(ctx, ctx->rank, c->peer, qidx, infos, priv.token);
     if (rdma_create_id(ctx->ch_active, &id, c, RDMA_PS_TCP) != 0) {
         flx_error(NET, ctx->rank, "rdma_create_id failed: %m");
         return FLX_ERR_SYSTEM;
@@ -201,19 +235,26 @@ static flx_status_t conn_accept_all(tl_ctx_t *ctx, const ib_boot_info_t *infos, 
         if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
             const ib_priv_t *priv = ev->param.conn.private_data;
             struct rdma_cm_id *id = ev->id;
+            uint8_t want_token[crypto_auth_hmacsha256_BYTES];
             int peer = -1, qidx = -1;
             if (priv && ev->param.conn.private_data_len >= sizeof(*priv) &&
                 ntohl(priv->magic) == IB_PRIV_MAGIC) {
                 peer = (int)ntohl((uint32_t)priv->rank);
                 qidx = (int)ntohl((uint32_t)priv->qidx);
             }
+            if (peer > ctx->rank && peer < ctx->size && qidx >= 0 && qidx < ctx->nqps)
+                conn_token(ctx, peer, ctx->rank, qidx, infos, want_token);
             if (peer <= ctx->rank || peer >= ctx->size || qidx < 0 || qidx >= ctx->nqps ||
-                (qidx == 0 ? ctx->conns[peer].id != NULL : ctx->conns[peer].xid[qidx] != NULL) ||
-                sodium_memcmp(priv->nonce, infos[peer].nonce, IB_NONCE_BYTES) != 0) {
+                sodium_memcmp(priv->token, want_token, sizeof(want_token)) != 0) {
                 flx_warn(NET, ctx->rank, "ib: rejected a connection request claiming rank %d "
-                         "(not a member of this job, or a duplicate)", peer);
-                rdma_reject(id, NULL, 0);
-                rdma_ack_cm_event(ev);
+                         "QP %d: not a member of this job", peer, qidx);
+                conn_reject(ev);
+                continue;
+            }
+            if (qidx == 0 ? ctx->conns[peer].id != NULL : ctx->conns[peer].xid[qidx] != NULL) {
+                flx_warn(NET, ctx->rank, "ib: rejected a second connection request for rank %d "
+                         "QP %d (a replay?)", peer, qidx);
+                conn_reject(ev);
                 continue;
             }
             st = conn_create_qp(ctx, &ctx->conns[peer], id, qidx);
@@ -263,6 +304,8 @@ flx_status_t ib_conn_setup(tl_ctx_t *ctx, boot_t *boot)
     }
     bound = ctx->dev.addr;
     bound.sin_port = 0;
+    /* read only after poll() says so; never blocks the progress loop */
+    (void)fcntl(ctx->ch_listen->fd, F_SETFL, fcntl(ctx->ch_listen->fd, F_GETFL) | O_NONBLOCK);
     if (rdma_create_id(ctx->ch_listen, &ctx->listen_id, NULL, RDMA_PS_TCP) != 0 ||
         rdma_bind_addr(ctx->listen_id, (struct sockaddr *)&bound) != 0 ||
         rdma_listen(ctx->listen_id, ctx->size + 8) != 0) {
@@ -294,12 +337,27 @@ flx_status_t ib_conn_setup(tl_ctx_t *ctx, boot_t *boot)
     ctx->cfg.ib_spin_s = boot_spin(boot, ctx->cfg.ib_spin_s, "ib");
     for (int j = 0; j < ctx->rank && st == FLX_OK; j++)
         for (int q = 0; q < ctx->nqps && st == FLX_OK; q++)
-            st = conn_connect(ctx, &ctx->conns[j], q, &infos[j], &mine, deadline);
+            st = conn_connect(ctx, &ctx->conns[j], q, infos, deadline);
     if (st == FLX_OK)
         st = conn_accept_all(ctx, infos, deadline);
     sodium_memzero(infos, (size_t)ctx->size * sizeof(*infos));
     free(infos);
     return st;
+}
+
+void ib_conn_listen_event(tl_ctx_t *ctx)
+{
+    struct rdma_cm_event *ev;
+
+    while (rdma_get_cm_event(ctx->ch_listen, &ev) == 0) {
+        if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+            flx_warn(NET, ctx->rank, "ib: rejected a connection request after setup (every "
+                     "member is connected)");
+            conn_reject(ev);
+        } else { /* an accepted QP's disconnect and the like: nothing to do */
+            rdma_ack_cm_event(ev);
+        }
+    }
 }
 
 void ib_conn_teardown(tl_ctx_t *ctx)

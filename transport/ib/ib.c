@@ -147,7 +147,7 @@ enum { MEM_UNUSED, MEM_DELIVERED, MEM_FAILED };
 /* A large request is done with its memory.  MEM_DELIVERED: a staged
  * receive's payload is copied out.  MEM_FAILED: a late RDMA write may
  * still land in the memory, or the device still read it, so a staging slot
- * is never used again and a registration for this message waits for
+ * is never used again and a registration outside the cache waits for
  * teardown, after the QPs are gone; a cached registration is released. */
 static void large_mem_done(tl_ctx_t *ctx, tl_req_t *r, int how)
 {
@@ -166,11 +166,8 @@ static void large_mem_done(tl_ctx_t *ctx, tl_req_t *r, int how)
         if (how == MEM_DELIVERED && !r->is_send)
             memcpy(r->buf, ib_stage_addr(&ctx->mrc, idx), r->len);
         ib_stage_put(&ctx->mrc, idx);
-    } else if (mr->transient && how == MEM_FAILED) {
-        mr->next = ctx->mr_dead;
-        ctx->mr_dead = mr;
     } else {
-        ib_mr_put(&ctx->mrc, mr);
+        ib_mr_put(&ctx->mrc, mr, how == MEM_FAILED);
     }
 }
 
@@ -240,8 +237,9 @@ static void fail_from_seq(tl_ctx_t *ctx, flx_status_t st, uint32_t seq)
             tl_req_t *r = *heads[l];
             while (r) {
                 tl_req_t *next = r->next;
-                /* writes already on the wire finish on their own */
-                if (seq_ge(r->tag.seq, seq) && !(l == 2 && r->priv[RQ_PIECES] != 0)) {
+                /* a send with writes on the wire fails when they completed
+                 * (handle_wc), as their memory is in use until then */
+                if (seq_ge(r->tag.seq, seq) && !(l == 2 && (r->priv[RQ_PIECES] & 0xffff) != 0)) {
                     if (l == 0) {
                         posted_done(ctx, c, r, st);
                     } else {
@@ -756,12 +754,27 @@ static void handle_wc(tl_ctx_t *ctx, const struct ibv_wc *wc)
     if (kind == WR_WRITE) {
         tl_req_t *r = (tl_req_t *)(uintptr_t)(wc->wr_id & WR_PTR_MASK);
         ib_conn_t *c = &ctx->conns[r->peer];
+        flx_status_t st;
         r->priv[RQ_PIECES]--;
         c->writes_inflight--;
-        if ((r->priv[RQ_PIECES] >> 16) == r->len && (r->priv[RQ_PIECES] & 0xffff) == 0) {
+        if ((r->priv[RQ_PIECES] & 0xffff) != 0)
+            return;
+        if ((r->priv[RQ_PIECES] >> 16) == r->len) {
             list_remove(&c->rdv_head, &c->rdv_tail, r);
             large_mem_done(ctx, r, MEM_DELIVERED);
             req_finish(r, FLX_OK);
+            return;
+        }
+        /* partly written, nothing on the wire: if the peer failed meanwhile
+         * (its report, or its QP), the rest would never go (conn_flush
+         * sends nothing to it): fail now, not at the timeout */
+        st = req_doomed(ctx, c, &r->tag, 0);
+        if (st == FLX_OK && c->errored)
+            st = FLX_ERR_PEER_LOST;
+        if (st != FLX_OK) {
+            list_remove(&c->rdv_head, &c->rdv_tail, r);
+            large_mem_done(ctx, r, MEM_FAILED);
+            req_finish(r, st);
         }
         return;
     }
@@ -911,7 +924,7 @@ static void boot_sock_event(tl_ctx_t *ctx, int peer)
 static void progress_wait(tl_ctx_t *ctx, double timeout_s)
 {
     double spin_end = 0, spin = FLX_MIN(ctx->cfg.ib_spin_s, timeout_s);
-    int nfds = 0, rc;
+    int nfds = 0, first_boot, rc;
 
     /* busy-poll like perftest does, giving the core away now and then in
      * case ranks outnumber cores */
@@ -947,6 +960,11 @@ static void progress_wait(tl_ctx_t *ctx, double timeout_s)
     }
     ctx->pfds[nfds].fd = ctx->comp_ch->fd;
     ctx->pfds[nfds++].events = POLLIN;
+    if (ctx->ch_listen) { /* strangers' connection requests */
+        ctx->pfds[nfds].fd = ctx->ch_listen->fd;
+        ctx->pfds[nfds++].events = POLLIN;
+    }
+    first_boot = nfds;
     for (int p = 0; p < ctx->size; p++) {
         if (p == ctx->rank || ctx->boot->fds[p] < 0 || ctx->conns[p].eof)
             continue;
@@ -963,7 +981,9 @@ static void progress_wait(tl_ctx_t *ctx, double timeout_s)
         if (ibv_get_cq_event(ctx->comp_ch, &cq, &cq_ctx) == 0)
             ibv_ack_cq_events(cq, 1);
     }
-    for (int i = 1; i < nfds; i++) {
+    if (first_boot == 2 && ctx->pfds[1].revents)
+        ib_conn_listen_event(ctx);
+    for (int i = first_boot; i < nfds; i++) {
         if (!ctx->pfds[i].revents)
             continue;
         for (int p = 0; p < ctx->size; p++)
@@ -1056,7 +1076,7 @@ static flx_status_t ib_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t **
     ctx->rdv_slots = 4096;
     ctx->conns = calloc((size_t)ctx->size, sizeof(*ctx->conns));
     ctx->rdv = calloc((size_t)ctx->rdv_slots, sizeof(*ctx->rdv));
-    ctx->pfds = calloc((size_t)ctx->size + 1, sizeof(*ctx->pfds));
+    ctx->pfds = calloc((size_t)ctx->size + 2, sizeof(*ctx->pfds));
     if (ctx->conns == NULL || ctx->rdv == NULL || ctx->pfds == NULL) {
         st = FLX_ERR_NO_MEMORY;
         goto err_destroy_ctx;
@@ -1121,7 +1141,10 @@ static void ib_destroy(tl_ctx_t *ctx)
                 c->errored = 1;
             continue;
         }
-        while (!can_send(ctx, c, 1) && flx_time_now() < deadline && ctx->err == FLX_OK)
+        /* no goodbye to a peer that failed or left (can_send never
+         * allows one): it waits for nothing from us */
+        while (!can_send(ctx, c, 1) && !c->errored && !c->eof && flx_time_now() < deadline &&
+               ctx->err == FLX_OK)
             ib_progress(ctx, 0.01);
         if (!can_send(ctx, c, 1))
             continue;
@@ -1138,12 +1161,7 @@ static void ib_destroy(tl_ctx_t *ctx)
         if (waiting)
             progress_wait(ctx, 0.05);
     }
-    ib_conn_teardown(ctx);
-    while (ctx->mr_dead) { /* the failed requests' registrations, QPs gone now */
-        ib_mr_entry_t *mr = ctx->mr_dead;
-        ctx->mr_dead = mr->next;
-        ib_mr_put(&ctx->mrc, mr);
-    }
+    ib_conn_teardown(ctx); /* the QPs first: failed requests' registrations go after */
     flx_info(NET, ctx->rank, "ib: registrations: %llu cache hits, %llu misses, %llu evictions, "
              "%llu for one message; staging: %llu messages, %llu found every slot busy",
              (unsigned long long)ctx->mrc.hits, (unsigned long long)ctx->mrc.misses,

@@ -58,7 +58,10 @@ typedef struct ib_mr_entry {
     struct ibv_mr *mr;
     uint64_t last_use;
     int refs;
-    int transient;        /* registered for one message, not cached     */
+    int transient;        /* not in the cache: registered for one message,
+                             or unpinned while in use; freed at its last put */
+    int failed;           /* a request that used it failed: a late RDMA write
+                             may still land, so it waits for the teardown */
     int read_only;        /* the pages were read-only: for sends only   */
 } ib_mr_entry_t;
 
@@ -93,6 +96,7 @@ typedef struct {
     int rank;
     int leave_pinned;     /* FLX_IB_LEAVE_PINNED in force: cache all     */
     ib_range_t *pinned;   /* ranges promised to stay mapped (cacheable)  */
+    ib_mr_entry_t *dead;  /* failed entries, deregistered at the flush    */
     int npinned, cap_pinned;
     ib_stage_t stage;
 } ib_mr_cache_t;
@@ -113,7 +117,10 @@ int ib_stage_fits(const ib_mr_cache_t *cache, size_t len);
 char *ib_stage_get(ib_mr_cache_t *cache, size_t len, int *idx_p, ib_mr_entry_t **entry_p);
 char *ib_stage_addr(const ib_mr_cache_t *cache, int idx);
 void ib_stage_put(ib_mr_cache_t *cache, int idx);
-void ib_mr_put(ib_mr_cache_t *cache, ib_mr_entry_t *entry);
+/* A request is done with entry; failed: its message did not complete (an
+ * entry outside the cache then waits for ib_mr_cache_flush, after the QPs
+ * are gone, as a late RDMA write may still land in it). */
+void ib_mr_put(ib_mr_cache_t *cache, ib_mr_entry_t *entry, int failed);
 void ib_mr_cache_flush(ib_mr_cache_t *cache);
 /* Whether FLX_IB_LEAVE_PINNED was on when the program started and glibc
  * accepted the mallopt settings (mr.c's constructor). */
@@ -192,7 +199,6 @@ struct tl_ctx {
     int cq_size;
     ib_conn_t *conns;
     ib_mr_cache_t mrc;
-    ib_mr_entry_t *mr_dead;          /* failed requests' transient registrations */
     /* receive slots: [peer][k] of slot_size bytes, one registered block */
     char *recv_pool;
     struct ibv_mr *recv_mr;
@@ -227,6 +233,9 @@ void ib_dev_print(FILE *out);
 flx_status_t ib_conn_setup(tl_ctx_t *ctx, boot_t *boot);
 void ib_conn_teardown(tl_ctx_t *ctx);
 void ib_conn_close_listener(tl_ctx_t *ctx);
+/* The listener after setup: reject every connection request, ack other
+ * events (call when its channel's fd is readable). */
+void ib_conn_listen_event(tl_ctx_t *ctx);
 
 #define IB_SEND_SLOTS 64   /* bounce slots per peer */
 

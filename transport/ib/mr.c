@@ -216,10 +216,18 @@ static flx_status_t mr_register(ib_mr_cache_t *cache, void *addr, uintptr_t star
     return FLX_OK;
 }
 
-void ib_mr_put(ib_mr_cache_t *cache, ib_mr_entry_t *entry)
+void ib_mr_put(ib_mr_cache_t *cache, ib_mr_entry_t *entry, int failed)
 {
     if (entry->transient) {
-        entry_free(entry);
+        entry->failed |= failed;
+        if (--entry->refs > 0)
+            return;
+        if (entry->failed) {
+            entry->next = cache->dead;
+            cache->dead = entry;
+        } else {
+            entry_free(entry);
+        }
         return;
     }
     entry->refs--;
@@ -244,7 +252,10 @@ flx_status_t ib_mr_pin(ib_mr_cache_t *cache, void *addr, size_t len)
     return FLX_OK;
 }
 
-/* forget a range (and the idle registrations inside it) before it is freed */
+/* Forget a range before it is freed: its idle registrations go now, those
+ * in use leave the cache and go with their last user (a cached entry would
+ * otherwise outlive the range and be found again for new pages at the same
+ * addresses). */
 flx_status_t ib_mr_unpin(ib_mr_cache_t *cache, void *addr)
 {
     uintptr_t start = (uintptr_t)addr, end;
@@ -258,10 +269,13 @@ flx_status_t ib_mr_unpin(ib_mr_cache_t *cache, void *addr)
     cache->pinned[i] = cache->pinned[--cache->npinned];
     for (ib_mr_entry_t **pp = &cache->head; *pp;) {
         ib_mr_entry_t *e = *pp;
-        if (e->start >= start && e->end <= end && e->refs == 0) {
+        if (e->start >= start && e->end <= end) {
             *pp = e->next;
-            entry_free(e);
             cache->count--;
+            if (e->refs == 0)
+                entry_free(e);
+            else
+                e->transient = 1;
         } else {
             pp = &e->next;
         }
@@ -351,6 +365,11 @@ void ib_mr_cache_flush(ib_mr_cache_t *cache)
         entry_free(e);
     }
     cache->count = 0;
+    while (cache->dead) {
+        ib_mr_entry_t *e = cache->dead;
+        cache->dead = e->next;
+        entry_free(e);
+    }
     free(cache->pinned);
     cache->pinned = NULL;
     cache->npinned = cache->cap_pinned = 0;
