@@ -206,6 +206,8 @@ flx_status_t comm_run_allreduce(flx_comm_h comm, const void *sendbuf, void *recv
     /* every algorithm reads sendbuf itself (one rank: copies it) instead of
      * a copy in recvbuf (the same bits: the ops are commutative) */
     coll_begin(comm, COLL_ALLREDUCE, algo, dtype, op, count, "allreduce");
+    if (count == 0) /* nothing to move, but the empty messages carry the count */
+        return comm->size == 1 ? FLX_OK : coll_barrier_dissemination(comm);
     t0 = flx_time_now();
     switch (algo) {
     case FLX_ALGO_TREE: st = coll_allreduce_tree(comm, sendbuf, recvbuf, count, dtype, op); break;
@@ -231,6 +233,8 @@ flx_status_t comm_run_allgather(flx_comm_h comm, const void *sendbuf, void *recv
     coll_begin(comm, COLL_ALLGATHER, algo, dtype, 0, count, "allgather");
     if (comm->size == 1)
         return FLX_OK;
+    if (bpr == 0) /* nothing to move, but the empty messages carry the count */
+        return coll_barrier_dissemination(comm);
     t0 = flx_time_now();
     st = algo == FLX_ALGO_RD ? coll_allgather_rd(comm, recvbuf, bpr)
                              : coll_allgather_ring(comm, recvbuf, bpr);
@@ -365,11 +369,13 @@ flx_status_t flx_reduce_scatter(flx_comm_h comm, const void *sendbuf, void *recv
         return st;
     coll_begin(comm, COLL_REDUCE_SCATTER, FLX_ALGO_RING, dtype, op, recvcount,
                "reduce_scatter");
-    if (comm->size == 1 || recvcount == 0) {
+    if (comm->size == 1) {
         if (sendbuf != recvbuf && bytes)
             memcpy(recvbuf, sendbuf, bytes);
         return comm_leave(comm, FLX_OK);
     }
+    if (recvcount == 0) /* nothing to move, but the empty messages carry the count */
+        return comm_leave(comm, coll_barrier_dissemination(comm));
     /* in place works in recvbuf itself; otherwise on a copy of sendbuf */
     {
         const size_t all = bytes * (size_t)comm->size;

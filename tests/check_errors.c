@@ -178,12 +178,26 @@ END_TEST
  * enough: every rank fails it alike and the communicator keeps working. */
 static int body_zero_count(flx_comm_h comm, int rank, int size, void *arg)
 {
-    static float buf[1000];
+    static float buf[1000 * 8], sbuf[1000];
     size_t counts[8], displs[8];
     float send[4] = {1, 2, 3, 4}, recv[64];
     flx_status_t st, st2;
+    const int what = *(const int *)arg;
 
-    (void)arg;
+    if (what > 0) { /* count 0 on rank 1 against 1000 elsewhere: MISMATCH on every rank */
+        const size_t n = rank == 1 ? 0 : 1000;
+        const char *name[] = {"", "allreduce", "allgather", "reduce_scatter"};
+        double t0 = flx_time_now();
+        st = what == 1   ? flx_allreduce(comm, buf, buf, n, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO)
+             : what == 2 ? flx_allgather(comm, sbuf, buf, n, FLX_FLOAT32, FLX_ALGO_AUTO)
+                         : flx_reduce_scatter(comm, buf, buf, n, FLX_FLOAT32, FLX_SUM);
+        if (st != FLX_ERR_MISMATCH)
+            return mp_fail(rank, "%s of %zu against %s: %s", name[what], n,
+                           rank == 1 ? "1000" : "0", flx_status_string(st));
+        if (flx_time_now() - t0 > 2.0) /* FLX_TIMEOUT 3 s: found, not timed out */
+            return mp_fail(rank, "%s mismatch took %.1f s", name[what], flx_time_now() - t0);
+        return 0;
+    }
     st = flx_allgatherv(comm, send, 4, recv, rank == 1 ? 4 * (size_t)size - 1 : 64, counts,
                         displs, FLX_FLOAT32, FLX_ALGO_AUTO);
     if (st != FLX_ERR_INVALID_ARG)
@@ -206,10 +220,11 @@ static int body_zero_count(flx_comm_h comm, int rank, int size, void *arg)
 START_TEST(test_zero_count)
 {
     static const char *const algos[] = {"auto", "ring", "tree"};
+    const int what = _i % 4; /* broadcast and allgatherv, allreduce, allgather, reduce-scatter */
 
     setenv("FLX_TIMEOUT", SHORT_TIMEOUT, 1);
-    setenv("FLX_ALGO", algos[_i / 2], 1);
-    ck_assert_int_eq(mp_run(2 + _i % 2, body_zero_count, NULL, 30, NULL), 0);
+    setenv("FLX_ALGO", algos[_i / 8], 1);
+    ck_assert_int_eq(mp_run(2 + (_i / 4) % 2, body_zero_count, (void *)&what, 30, NULL), 0);
     unsetenv("FLX_ALGO");
     unsetenv("FLX_TIMEOUT");
 }
@@ -870,7 +885,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_mismatch, MM_COUNT, MM_ALGO + 1);
     tcase_add_test(tc, test_skipped_buffered);
-    tcase_add_loop_test(tc, test_zero_count, 0, 6);
+    tcase_add_loop_test(tc, test_zero_count, 0, 24);
     suite_add_tcase(s, tc);
     tc = tcase_create("errors");
     tcase_set_timeout(tc, 120);

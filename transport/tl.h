@@ -97,4 +97,28 @@ static inline int tl_tag_sig_equal(const tl_tag_t *a, const tl_tag_t *b)
            a->count == b->count;
 }
 
+/* The newest collective a backend has seen in a request: its seq and its
+ * signature.  A rank that called another collective or count may send
+ * nothing this rank posts a receive for (a count-0 call's barrier, say),
+ * so early messages of the newest collective are checked against it. */
+typedef struct {
+    uint32_t seq;
+    tl_tag_t tag; /* valid once set */
+    int set;
+} tl_cur_t;
+
+/* A request with tag: 1 when it starts a newer collective (the caller
+ * then checks the early messages of tag->seq it holds), else 0. */
+static inline int tl_cur_note(tl_cur_t *cur, const tl_tag_t *tag)
+{
+    if (cur->set && (int32_t)(tag->seq - cur->seq) < 0)
+        return 0;
+    cur->seq = tag->seq;
+    if (cur->set && cur->tag.seq == tag->seq)
+        return 0;
+    cur->tag = *tag;
+    cur->set = 1;
+    return 1;
+}
+
 #endif

@@ -214,7 +214,7 @@ static void ib_fail_at(tl_ctx_t *ctx, flx_status_t st, uint32_t seq, const char 
  * collective are posted: that one did not complete here. */
 static void ib_fail(tl_ctx_t *ctx, flx_status_t st, const char *why)
 {
-    ib_fail_at(ctx, st, ctx->cur_seq, why);
+    ib_fail_at(ctx, st, ctx->cur.seq, why);
 }
 
 static flx_status_t ib_error(tl_ctx_t *ctx) { return ctx->err; }
@@ -459,6 +459,34 @@ static flx_status_t mismatch(tl_ctx_t *ctx, ib_conn_t *c, const ib_hdr_t *h, con
     return FLX_ERR_MISMATCH;
 }
 
+/* A request of collective tag->seq.  When it is a new one, the messages
+ * and CTSs of it that came early from any peer must carry its signature (a
+ * rank that called another collective or count may send nothing this rank
+ * receives from it, a count-0 call's barrier for one). */
+static flx_status_t note_collective(tl_ctx_t *ctx, const tl_tag_t *tag)
+{
+    if (!tl_cur_note(&ctx->cur, tag))
+        return FLX_OK;
+    for (int p = 0; p < ctx->size; p++) {
+        ib_conn_t *c = &ctx->conns[p];
+        for (ib_unexp_t *u = c->unexp_head; u; u = u->next)
+            if (u->hdr.seq == tag->seq && !hdr_sig_equal(&u->hdr, tag))
+                return mismatch(ctx, c, &u->hdr, tag);
+        for (ib_cts_t *t = c->cts_head; t; t = t->next)
+            if (t->hdr.seq == tag->seq && !hdr_sig_equal(&t->hdr, tag))
+                return mismatch(ctx, c, &t->hdr, tag);
+    }
+    return FLX_OK;
+}
+
+/* An early message or CTS of the collective running here: the same call? */
+static flx_status_t early_sig_check(tl_ctx_t *ctx, ib_conn_t *c, const ib_hdr_t *h)
+{
+    if (ctx->cur.set && h->seq == ctx->cur.tag.seq && !hdr_sig_equal(h, &ctx->cur.tag))
+        return mismatch(ctx, c, h, &ctx->cur.tag);
+    return FLX_OK;
+}
+
 static flx_status_t length_error(tl_ctx_t *ctx, ib_conn_t *c, const ib_hdr_t *h, size_t want)
 {
     flx_error(NET, ctx->rank, "rank %d sends %llu bytes for collective #%u step %u, expected %zu",
@@ -498,9 +526,7 @@ static flx_status_t ib_isend(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, const
     flx_status_t st;
 
     req_init(req, peer, 1, tag, (void *)buf, len);
-    if (seq_ge(tag->seq, ctx->cur_seq))
-        ctx->cur_seq = tag->seq;
-    if ((st = req_doomed(ctx, c, tag, 1)) != FLX_OK) {
+    if ((st = note_collective(ctx, tag)) != FLX_OK || (st = req_doomed(ctx, c, tag, 1)) != FLX_OK) {
         req_finish(req, st);
         return st;
     }
@@ -548,9 +574,7 @@ static flx_status_t ib_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void 
     flx_status_t st;
 
     req_init(req, peer, 0, tag, buf, len);
-    if (seq_ge(tag->seq, ctx->cur_seq))
-        ctx->cur_seq = tag->seq;
-    if ((st = req_doomed(ctx, c, tag, 0)) != FLX_OK) {
+    if ((st = note_collective(ctx, tag)) != FLX_OK || (st = req_doomed(ctx, c, tag, 0)) != FLX_OK) {
         req_finish(req, st);
         return st;
     }
@@ -670,6 +694,8 @@ static flx_status_t handle_data_hdr(tl_ctx_t *ctx, ib_conn_t *c, const ib_hdr_t 
         ib_fail(ctx, FLX_ERR_MISMATCH, "skipped collective");
         return FLX_ERR_MISMATCH;
     }
+    if (early_sig_check(ctx, c, h) != FLX_OK)
+        return FLX_ERR_MISMATCH;
     if (h->len > ctx->eager_max && !is_rts)
         return length_error(ctx, c, h, ctx->eager_max);
     u = calloc(1, sizeof(*u));
@@ -703,6 +729,8 @@ static flx_status_t handle_cts(tl_ctx_t *ctx, ib_conn_t *c, const ib_hdr_t *h)
             if (r->tag.seq == h->seq && r->tag.step == h->step &&
                 (r->priv[RQ_FLAGS] & (F_LARGE | F_HAVE_CTS)) == F_LARGE)
                 return cts_attach(ctx, c, r, h);
+    if (early_sig_check(ctx, c, h) != FLX_OK)
+        return FLX_ERR_MISMATCH;
     cts = calloc(1, sizeof(*cts));
     if (cts == NULL) {
         ib_fail(ctx, FLX_ERR_NO_MEMORY, "cts");

@@ -218,7 +218,7 @@ struct tl_ctx {
     int remote_failed;
     uint32_t remote_seq;
     flx_status_t remote_err;
-    uint32_t cur_seq;
+    tl_cur_t cur;                /* the newest collective seen in a request */
     boot_t *boot;
 };
 

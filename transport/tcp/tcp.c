@@ -98,7 +98,7 @@ static void tcp_fail_at(tl_ctx_t *ctx, flx_status_t st, uint32_t seq, const char
  * collective are posted: that one did not complete here. */
 static void tcp_fail(tl_ctx_t *ctx, flx_status_t st, const char *why)
 {
-    tcp_fail_at(ctx, st, ctx->cur_seq, why);
+    tcp_fail_at(ctx, st, ctx->cur.seq, why);
 }
 
 /* Fail the requests of collective seq and later; earlier collectives may
@@ -226,6 +226,8 @@ static int conn_send_progress(tl_ctx_t *ctx, tcp_conn_t *c)
     return 0;
 }
 
+static flx_status_t note_collective(tl_ctx_t *ctx, const tl_tag_t *tag);
+
 static flx_status_t tcp_isend(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, const void *buf,
                               size_t len, tl_req_t *req)
 {
@@ -238,9 +240,8 @@ static flx_status_t tcp_isend(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, cons
     req->tag = *tag;
     req->buf = (void *)buf;
     req->len = len;
-    if (seq_ge(tag->seq, ctx->cur_seq))
-        ctx->cur_seq = tag->seq;
-    if ((req->status = req_doomed(ctx, c, tag)) != FLX_OK) {
+    if ((req->status = note_collective(ctx, tag)) != FLX_OK ||
+        (req->status = req_doomed(ctx, c, tag)) != FLX_OK) {
         req_finish(req, req->status);
         return req->status;
     }
@@ -274,6 +275,25 @@ static flx_status_t mismatch(tl_ctx_t *ctx, tcp_conn_t *c, const tcp_hdr_t *h,
               t->kind, t->dtype, t->op, (unsigned long long)t->count);
     tcp_fail(ctx, FLX_ERR_MISMATCH, "mismatched collective");
     return FLX_ERR_MISMATCH;
+}
+
+/* A request of collective tag->seq.  When it is a new one, the messages of
+ * it that came early from any peer must carry its signature (a rank that
+ * called another collective or count may send nothing this rank receives
+ * from it, a count-0 call's barrier for one). */
+static flx_status_t note_collective(tl_ctx_t *ctx, const tl_tag_t *tag)
+{
+    if (!tl_cur_note(&ctx->cur, tag))
+        return FLX_OK;
+    for (int p = 0; p < ctx->size; p++) {
+        tcp_conn_t *c = &ctx->conns[p];
+        if (c->parked && tcp_hdr_match(&c->rhdr, tag, 0) == FLX_ERR_MISMATCH)
+            return mismatch(ctx, c, &c->rhdr, tag);
+        for (tcp_unexp_t *u = c->unexp_head; u; u = u->next)
+            if (tcp_hdr_match(&u->hdr, tag, 0) == FLX_ERR_MISMATCH)
+                return mismatch(ctx, c, &u->hdr, tag);
+    }
+    return FLX_OK;
 }
 
 /* Messages from one peer arrive in order: a later collective's message
@@ -332,9 +352,8 @@ static flx_status_t tcp_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void
     req->tag = *tag;
     req->buf = buf;
     req->len = len;
-    if (seq_ge(tag->seq, ctx->cur_seq))
-        ctx->cur_seq = tag->seq;
-    if ((req->status = req_doomed(ctx, NULL, tag)) != FLX_OK) {
+    if ((req->status = note_collective(ctx, tag)) != FLX_OK ||
+        (req->status = req_doomed(ctx, NULL, tag)) != FLX_OK) {
         req_finish(req, req->status);
         return req->status;
     }
@@ -456,6 +475,11 @@ static int conn_route_data(tl_ctx_t *ctx, tcp_conn_t *c, int may_park)
     }
     if (c->posted_head && (int32_t)(h->seq - c->posted_head->tag.seq) > 0) {
         skipped(ctx, c, h->seq, c->posted_head->tag.seq);
+        return -1;
+    }
+    /* early, but of the collective running here: it must be the same call */
+    if (ctx->cur.set && tcp_hdr_match(h, &ctx->cur.tag, 0) == FLX_ERR_MISMATCH) {
+        mismatch(ctx, c, h, &ctx->cur.tag);
         return -1;
     }
     if (h->len > TCP_MAX_UNEXPECTED) {

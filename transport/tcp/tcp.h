@@ -77,7 +77,7 @@ struct tl_ctx {
     int remote_failed;        /* a peer failed at collective remote_seq: */
     uint32_t remote_seq;      /* that one and later ones fail here too   */
     flx_status_t remote_err;
-    uint32_t cur_seq;         /* newest collective seen in a request     */
+    tl_cur_t cur;             /* newest collective seen in a request     */
     int nparked;              /* connections parked (tcp_conn_t.parked)  */
     unsigned long park_buffered; /* parked messages buffered before their receive */
     flx_config_t cfg;
