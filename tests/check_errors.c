@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -438,6 +439,119 @@ START_TEST(test_strangers)
 
     setenv("FLX_HANDSHAKE_TIMEOUT", "1s", 1);
     ck_assert_int_eq(mp_run_raw(3, raw_strangers, NULL, 60, codes), 0);
+    unsetenv("FLX_HANDSHAKE_TIMEOUT");
+}
+END_TEST
+
+/* ---- a flood of strangers at the root, a rank on a slow path ------------------ */
+
+/* Process 2 is a proxy in front of the root for rank 1 that holds the first
+ * bytes of each of its connections FLOOD_DELAY s (a slow path), and a
+ * flood: right after rank 1's first connection reaches the root, FLOOD_CONNS
+ * silent ones follow.  The root keeps 64 waiting and drops the oldest that
+ * has said nothing, rank 1's, telling it to try again; rank 1 connects
+ * again (the flood is over; now the strangers are the oldest) and the job
+ * forms.  Before the busy notice, rank 1 failed its bootstrap. */
+#define FLOOD_CONNS 200
+#define FLOOD_DELAY 0.5
+
+/* relay between down (rank 1) and up (the root) until one side closes;
+ * the first bytes from down go FLOOD_DELAY s after the connection came */
+static void proxy_relay(int down, int up, double t0)
+{
+    char buf[4096];
+    int delayed = 0;
+
+    for (;;) {
+        struct pollfd p[2] = {{.fd = down, .events = POLLIN}, {.fd = up, .events = POLLIN}};
+        if (poll(p, 2, 30000) <= 0)
+            return;
+        for (int i = 0; i < 2; i++) {
+            ssize_t n;
+            if (!p[i].revents)
+                continue;
+            n = recv(p[i].fd, buf, sizeof(buf), 0);
+            if (n <= 0)
+                return;
+            if (i == 0 && !delayed) {
+                double wait = t0 + FLOOD_DELAY - flx_time_now();
+                if (wait > 0)
+                    usleep((useconds_t)(wait * 1e6));
+                delayed = 1;
+            }
+            if (sock_send_all(p[1 - i].fd, buf, (size_t)n, flx_time_now() + 10) != FLX_OK)
+                return;
+        }
+    }
+}
+
+static int raw_flood(int rank, int size, const char *root, void *arg)
+{
+    const char *proxy = arg;
+    flx_comm_h comm;
+    flx_status_t st;
+    float x[3] = {1, 2, 3};
+
+    (void)size;
+    if (rank == 2) {
+        struct sockaddr_in paddr, raddr;
+        int lfd, flood[FLOOD_CONNS], nflood = 0, sessions = 0;
+        double deadline = flx_time_now() + 40;
+
+        sock_parse_addr(proxy, &paddr);
+        sock_parse_addr(root, &raddr);
+        if (sock_listen(&paddr, 4, &lfd, NULL) != FLX_OK)
+            return mp_fail(rank, "proxy cannot listen on %s", proxy);
+        /* one connection of rank 1 at a time; done when none comes for 3 s */
+        for (;;) {
+            struct pollfd p = {.fd = lfd, .events = POLLIN};
+            int down, up;
+            double t0;
+            if (flx_time_now() > deadline || poll(&p, 1, 3000) != 1)
+                break;
+            down = accept(lfd, NULL, NULL);
+            t0 = flx_time_now();
+            if (down < 0)
+                continue;
+            fcntl(down, F_SETFL, fcntl(down, F_GETFL) & ~O_NONBLOCK);
+            if (sock_connect(&raddr, deadline, &up) != FLX_OK)
+                return mp_fail(rank, "proxy cannot reach the root");
+            fcntl(up, F_SETFL, fcntl(up, F_GETFL) & ~O_NONBLOCK);
+            for (; sessions == 0 && nflood < FLOOD_CONNS; nflood++) /* one after the other */
+                if (sock_connect(&raddr, deadline, &flood[nflood]) != FLX_OK)
+                    return mp_fail(rank, "flood connection %d failed", nflood);
+            sessions++;
+            proxy_relay(down, up, t0);
+            close(down);
+            close(up);
+        }
+        for (int i = 0; i < nflood; i++)
+            close(flood[i]);
+        close(lfd);
+        return sessions >= 2 ? 0 : mp_fail(rank, "rank 1 connected %d time(s), expected a "
+                                                 "retry after the busy notice", sessions);
+    }
+    if (rank == 1)
+        usleep(200000); /* the root listens */
+    st = mp_comm_create(rank, 2, rank == 1 ? proxy : root, &comm);
+    if (st != FLX_OK)
+        return mp_fail(rank, "comm_create under a flood of strangers: %s", flx_status_string(st));
+    st = flx_allreduce(comm, x, x, 3, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO);
+    if (st != FLX_OK || x[0] != 2 || x[2] != 6)
+        return mp_fail(rank, "allreduce after the flood: %s %g", flx_status_string(st), x[0]);
+    flx_comm_destroy(comm);
+    return 0;
+}
+
+START_TEST(test_flood)
+{
+    char proxy[64];
+
+    mp_free_root(proxy, sizeof(proxy));
+    setenv("FLX_HANDSHAKE_TIMEOUT", "20s", 1); /* the strangers stay */
+    setenv("FLX_CONNECT_TIMEOUT", "30s", 1);
+    ck_assert_int_eq(mp_run_raw(3, raw_flood, proxy, 90, NULL), 0);
+    unsetenv("FLX_CONNECT_TIMEOUT");
     unsetenv("FLX_HANDSHAKE_TIMEOUT");
 }
 END_TEST
@@ -903,6 +1017,7 @@ int main(void)
     tc = tcase_create("hostile");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_hostile, 0, 2);
+    tcase_add_test(tc, test_flood);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

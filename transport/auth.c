@@ -5,6 +5,8 @@
 #include <arpa/inet.h>
 #include <sodium.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 void auth_key_derive(const char *secret, auth_key_t *key_p)
 {
@@ -62,6 +64,14 @@ static void auth_mac(const auth_key_t *key, char role, const uint8_t hello[AUTH_
 flx_status_t auth_connect(int fd, const auth_key_t *key, uint16_t purpose, int rank,
                           int size, double deadline)
 {
+    int busy;
+
+    return auth_connect_or_busy(fd, key, purpose, rank, size, deadline, &busy);
+}
+
+flx_status_t auth_connect_or_busy(int fd, const auth_key_t *key, uint16_t purpose, int rank,
+                                  int size, double deadline, int *busy_p)
+{
     uint8_t wire[AUTH_HELLO_BYTES];
     uint8_t chal[AUTH_NONCE_BYTES + crypto_auth_hmacsha256_BYTES];
     uint8_t mac[crypto_auth_hmacsha256_BYTES];
@@ -69,11 +79,18 @@ flx_status_t auth_connect(int fd, const auth_key_t *key, uint16_t purpose, int r
     auth_hello_t hello = {.purpose = purpose, .rank = rank, .size = size};
     flx_status_t st;
 
+    *busy_p = 0;
     randombytes_buf(hello.nonce, sizeof(hello.nonce));
     auth_hello_encode(&hello, wire);
     st = sock_send_all(fd, wire, sizeof(wire), deadline);
     if (st == FLX_OK)
-        st = sock_recv_all(fd, chal, sizeof(chal), deadline);
+        st = sock_recv_all(fd, chal, 4, deadline);
+    if (st == FLX_OK) {
+        st = sock_recv_all(fd, chal + 4, sizeof(chal) - 4, deadline);
+        /* the busy notice and a hang-up (a challenge may start with its
+         * bytes by chance: then the rest follows) */
+        *busy_p = st == FLX_ERR_PEER_LOST && get32(chal) == AUTH_BUSY_MAGIC;
+    }
     if (st != FLX_OK) /* closed before its challenge: it judged nothing yet */
         return st;
     auth_mac(key, 'A', wire, chal, mac);
@@ -83,9 +100,29 @@ flx_status_t auth_connect(int fd, const auth_key_t *key, uint16_t purpose, int r
     st = sock_send_all(fd, mac, sizeof(mac), deadline);
     if (st == FLX_OK)
         st = sock_recv_all(fd, &verdict, 1, deadline);
+    if (st == FLX_OK && verdict == AUTH_VERDICT_BUSY) {
+        *busy_p = 1;
+        return FLX_ERR_PEER_LOST;
+    }
     if (st == FLX_ERR_PEER_LOST || (st == FLX_OK && verdict != 1))
         return FLX_ERR_AUTH;
     return st;
+}
+
+void auth_drop_busy(int fd, int after_hello)
+{
+    uint8_t notice[4], sink[256];
+
+    put32(notice, AUTH_BUSY_MAGIC);
+    if (after_hello)
+        notice[0] = AUTH_VERDICT_BUSY;
+    (void)send(fd, notice, after_hello ? 1 : sizeof(notice), MSG_DONTWAIT | MSG_NOSIGNAL);
+    shutdown(fd, SHUT_WR);
+    /* unread bytes at close() would send a reset, which can discard the
+     * notice at the other end before it is read */
+    while (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0)
+        ;
+    close(fd);
 }
 
 _Static_assert(AUTH_MAC_BYTES == crypto_auth_hmacsha256_BYTES, "HMAC-SHA-256 size");

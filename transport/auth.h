@@ -19,6 +19,8 @@
 #define AUTH_NONCE_BYTES 32
 #define AUTH_HELLO_BYTES (16 + AUTH_NONCE_BYTES)
 #define AUTH_MAGIC 0x464c5842u /* "FLXB" */
+#define AUTH_BUSY_MAGIC 0x464c5857u /* "FLXW": in place of a challenge, "too busy, try again" */
+#define AUTH_VERDICT_BUSY 2         /* in place of the verdict, the same */
 #define AUTH_VERSION 1
 
 enum { AUTH_PURPOSE_BOOT = 1, AUTH_PURPOSE_MESH = 2 };
@@ -44,6 +46,15 @@ flx_status_t auth_hello_decode(const uint8_t in[AUTH_HELLO_BYTES], auth_hello_t 
  * acceptor cannot prove the secret or refuses ours. */
 flx_status_t auth_connect(int fd, const auth_key_t *key, uint16_t purpose, int rank,
                           int size, double deadline);
+/* The same; *busy_p is set when the acceptor, flooded with connections,
+ * dropped this one with a busy notice (FLX_ERR_PEER_LOST): worth trying
+ * again on a new connection. */
+flx_status_t auth_connect_or_busy(int fd, const auth_key_t *key, uint16_t purpose, int rank,
+                                  int size, double deadline, int *busy_p);
+/* The acceptor drops fd for want of room: tell the connector so (instead
+ * of its challenge, or instead of its verdict after_hello) and close it
+ * without a reset, so the notice is read. */
+void auth_drop_busy(int fd, int after_hello);
 /* Run the acceptor's side; hello_p tells who the peer claims to be. */
 flx_status_t auth_accept(int fd, const auth_key_t *key, double deadline,
                          auth_hello_t *hello_p);

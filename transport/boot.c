@@ -56,24 +56,43 @@ static void set_lowat(int fd, int bytes)
     setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &bytes, sizeof(bytes));
 }
 
-/* Take every connection the listener has; the oldest waiting one makes room
- * when the set is full. */
+/* Make room: the oldest connection that has not sent its HELLO goes (or,
+ * every one past it, the oldest), with a busy notice, so that a rank among
+ * them connects again instead of failing. */
+static void waiting_make_room(boot_t *boot, boot_waiting_t *w)
+{
+    char ps[64];
+    int victim = -1;
+
+    for (int i = 0; i < w->n; i++)
+        if (!w->c[i].got_hello && (victim < 0 || w->c[i].deadline < w->c[victim].deadline))
+            victim = i;
+    if (victim < 0) {
+        victim = 0;
+        for (int i = 1; i < w->n; i++)
+            if (w->c[i].deadline < w->c[victim].deadline)
+                victim = i;
+    }
+    flx_warn(INIT, boot->rank, "rejected connection from %s: too many connections waiting to "
+             "authenticate (told to try again)", sock_addr_str(&w->c[victim].peer, ps, sizeof(ps)));
+    auth_drop_busy(w->c[victim].fd, w->c[victim].got_hello);
+    w->c[victim] = w->c[--w->n];
+}
+
+/* Take the connections the listener has, at most a quarter of the set per
+ * round, so that the waiting ones' handshakes run between the rounds of a
+ * flood; room is made as above. */
 static void waiting_accept(boot_t *boot, int lfd, boot_waiting_t *w, double deadline)
 {
-    for (;;) {
+    for (int taken = 0; taken < BOOT_MAX_WAITING / 4; taken++) {
         struct sockaddr_in peer;
         socklen_t plen = sizeof(peer);
-        int oldest = 0;
         int fd = accept4(lfd, (struct sockaddr *)&peer, &plen, SOCK_CLOEXEC | SOCK_NONBLOCK);
 
         if (fd < 0)
             return; /* EAGAIN, or an error the next poll reports again */
-        if (w->n == BOOT_MAX_WAITING) {
-            for (int i = 1; i < w->n; i++)
-                if (w->c[i].deadline < w->c[oldest].deadline)
-                    oldest = i;
-            waiting_drop(boot, w, oldest, "too many connections waiting to authenticate");
-        }
+        if (w->n == BOOT_MAX_WAITING)
+            waiting_make_room(boot, w);
         sock_set_nodelay(fd);
         set_lowat(fd, AUTH_HELLO_BYTES); /* readable: the whole HELLO, or EOF */
         w->c[w->n].fd = fd;
@@ -244,6 +263,39 @@ static flx_status_t boot_root(boot_t *boot, const struct sockaddr_in *root, int 
     return st;
 }
 
+/* Connect to addr and authenticate; an acceptor flooded with connections
+ * that dropped this one with a busy notice is tried again, after a pause
+ * that grows (10 ms doubling to 320 ms, randomised), until deadline. */
+static flx_status_t boot_connect_auth(boot_t *boot, const struct sockaddr_in *addr,
+                                      uint16_t purpose, double deadline, int *fd_p,
+                                      int *connected_p)
+{
+    *connected_p = 0;
+    for (int tries = 0;; tries++) {
+        char as[64];
+        double pause = (double)(10 << FLX_MIN(tries, 5)) * 1e-3;
+        int fd, busy = 0;
+        flx_status_t st = sock_connect(addr, deadline, &fd);
+
+        if (st != FLX_OK)
+            return st;
+        *connected_p = 1;
+        st = auth_connect_or_busy(fd, &boot->key, purpose, boot->rank, boot->size, deadline,
+                                  &busy);
+        if (st == FLX_OK) {
+            *fd_p = fd;
+            return FLX_OK;
+        }
+        close(fd);
+        pause *= 0.5 + randombytes_uniform(1000) / 1000.0;
+        if (!busy || flx_time_now() + pause >= deadline)
+            return st;
+        flx_warn(INIT, boot->rank, "%s is flooded with connections and dropped ours: trying "
+                 "again in %.0f ms", sock_addr_str(addr, as, sizeof(as)), pause * 1e3);
+        usleep((useconds_t)(pause * 1e6));
+    }
+}
+
 static flx_status_t boot_member(boot_t *boot, const struct sockaddr_in *root, int *lfd_p,
                                 double deadline)
 {
@@ -251,17 +303,15 @@ static flx_status_t boot_member(boot_t *boot, const struct sockaddr_in *root, in
     socklen_t llen = sizeof(local);
     boot_wire_addr_t w, *table;
     char rs[64];
-    int fd;
+    int fd, connected;
     flx_status_t st;
 
-    st = sock_connect(root, deadline, &fd);
-    if (st != FLX_OK) {
+    st = boot_connect_auth(boot, root, AUTH_PURPOSE_BOOT, deadline, &fd, &connected);
+    if (st != FLX_OK && !connected) {
         flx_error(INIT, boot->rank, "bootstrap: cannot reach the root %s: %s",
                   sock_addr_str(root, rs, sizeof(rs)), flx_status_string(st));
         return st;
     }
-    boot->fds[0] = fd;
-    st = auth_connect(fd, &boot->key, AUTH_PURPOSE_BOOT, boot->rank, boot->size, deadline);
     if (st != FLX_OK) {
         flx_error(INIT, boot->rank, "bootstrap: the root %s %s",
                   sock_addr_str(root, rs, sizeof(rs)),
@@ -271,6 +321,7 @@ static flx_status_t boot_member(boot_t *boot, const struct sockaddr_in *root, in
                                             : flx_status_string(st));
         return st;
     }
+    boot->fds[0] = fd;
     /* the data listener: on FLX_SOCKET_IFNAME, else where the root is reached */
     if (getsockname(fd, (struct sockaddr *)&local, &llen) != 0) {
         flx_error(INIT, boot->rank, "getsockname failed: %m");
@@ -310,16 +361,15 @@ static flx_status_t boot_mesh(boot_t *boot, int lfd, double deadline)
     flx_status_t st;
 
     for (int j = 1; j < boot->rank; j++) {
-        int fd;
-        st = sock_connect(&boot->addrs[j], deadline, &fd);
-        if (st != FLX_OK)
+        int fd, connected;
+        st = boot_connect_auth(boot, &boot->addrs[j], AUTH_PURPOSE_MESH, deadline, &fd,
+                               &connected);
+        if (st != FLX_OK && !connected) /* sock_connect said why */
             return st;
-        st = auth_connect(fd, &boot->key, AUTH_PURPOSE_MESH, boot->rank, boot->size, deadline);
         if (st != FLX_OK) {
             flx_error(INIT, boot->rank, "rank %d at %s: %s", j,
                       sock_addr_str(&boot->addrs[j], as, sizeof(as)),
                       st == FLX_ERR_AUTH ? "failed authentication" : flx_status_string(st));
-            close(fd);
             return st;
         }
         boot->fds[j] = fd;
