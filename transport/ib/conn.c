@@ -22,26 +22,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#define IB_PRIV_MAGIC 0x464c5849u /* "FLXI" */
-#define IB_NONCE_BYTES 16
+_Static_assert(IB_TOKEN_BYTES == crypto_auth_hmacsha256_BYTES, "HMAC-SHA-256 size");
 
-typedef struct {
-    uint32_t ip;                 /* network order */
-    uint16_t port;               /* network order */
-    uint16_t nqps;               /* network order */
-    uint8_t nonce[IB_NONCE_BYTES];
-} ib_boot_info_t;
-
-typedef struct {
-    uint32_t magic;
-    int32_t rank;
-    int32_t qidx;                /* 0: the primary QP, else an extra one */
-    uint8_t token[crypto_auth_hmacsha256_BYTES];
-} ib_priv_t;                     /* 44 bytes: within a REQ's 56 */
-
-/* The token of rank from's request to rank to for QP qidx. */
-static void conn_token(const tl_ctx_t *ctx, int from, int to, int qidx,
-                       const ib_boot_info_t *infos, uint8_t out[crypto_auth_hmacsha256_BYTES])
+void ib_conn_token(const tl_ctx_t *ctx, int from, int to, int qidx, const ib_boot_info_t *infos,
+                   uint8_t out[IB_TOKEN_BYTES])
 {
     struct {
         uint32_t magic;
@@ -57,6 +41,38 @@ static void conn_token(const tl_ctx_t *ctx, int from, int to, int qidx,
     memcpy(msg.nonce_to, infos[to].nonce, IB_NONCE_BYTES);
     memcpy(msg.nonce_from, infos[from].nonce, IB_NONCE_BYTES);
     crypto_auth_hmacsha256(out, (const unsigned char *)&msg, sizeof(msg), ctx->boot->key.bytes);
+}
+
+int ib_conn_claim(const tl_ctx_t *ctx, const void *data, size_t len, const ib_boot_info_t *infos,
+                  int *qidx_p)
+{
+    const ib_priv_t *priv = data;
+    uint8_t want[IB_TOKEN_BYTES];
+    int peer, qidx;
+
+    *qidx_p = -1;
+    if (priv == NULL || len < sizeof(*priv) || ntohl(priv->magic) != IB_PRIV_MAGIC)
+        return -1;
+    peer = (int)ntohl((uint32_t)priv->rank);
+    qidx = (int)ntohl((uint32_t)priv->qidx);
+    *qidx_p = qidx;
+    if (peer <= ctx->rank || peer >= ctx->size || qidx < 0 || qidx >= ctx->nqps)
+        return -1;
+    ib_conn_token(ctx, peer, ctx->rank, qidx, infos, want);
+    return sodium_memcmp(priv->token, want, sizeof(want)) == 0 ? peer : -1;
+}
+
+/* One line per rejected request, the first CONN_REJECT_WARNINGS at warning
+ * level (a stranger on the fabric must not be able to flood the log). */
+#define CONN_REJECT_WARNINGS 10
+static void conn_log_reject(tl_ctx_t *ctx, const char *what)
+{
+    if (++ctx->rejected <= CONN_REJECT_WARNINGS)
+        flx_warn(NET, ctx->rank, "ib: rejected %s%s", what,
+                 ctx->rejected == CONN_REJECT_WARNINGS ? "; further rejections are logged at "
+                                                         "debug level" : "");
+    else
+        flx_debug(NET, ctx->rank, "ib: rejected %s", what);
 }
 
 /* Refuse a connection request: its id is ours to destroy, after the ack. */
@@ -86,11 +102,12 @@ static flx_status_t wait_cm_event(tl_ctx_t *ctx, struct rdma_event_channel *ch, 
         if (rc < 0 && errno != EINTR)
             return FLX_ERR_SYSTEM;
         if (rc > 0) {
-            if (rdma_get_cm_event(ch, ev_p) != 0) {
-                flx_error(NET, ctx->rank, "rdma_get_cm_event failed: %m");
-                return FLX_ERR_SYSTEM;
-            }
-            return FLX_OK;
+            if (rdma_get_cm_event(ch, ev_p) == 0)
+                return FLX_OK;
+            if (errno == EAGAIN || errno == EINTR) /* the listener's fd does not block */
+                continue;
+            flx_error(NET, ctx->rank, "rdma_get_cm_event failed: %m");
+            return FLX_ERR_SYSTEM;
         }
     }
 }
@@ -177,7 +194,7 @@ static flx_status_t conn_connect(tl_ctx_t *ctx, ib_conn_t *c, int qidx,
     dst.sin_addr.s_addr = info->ip;
     dst.sin_port = info->port;
     src.sin_port = 0;
-    conn_token(ctx, ctx->rank, c->peer, qidx, infos, priv.token);
+    ib_conn_token(ctx, ctx->rank, c->peer, qidx, infos, priv.token);
     if (rdma_create_id(ctx->ch_active, &id, c, RDMA_PS_TCP) != 0) {
         flx_error(NET, ctx->rank, "rdma_create_id failed: %m");
         return FLX_ERR_SYSTEM;
@@ -233,27 +250,20 @@ static flx_status_t conn_accept_all(tl_ctx_t *ctx, const ib_boot_info_t *infos, 
         if (st != FLX_OK)
             return st;
         if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
-            const ib_priv_t *priv = ev->param.conn.private_data;
             struct rdma_cm_id *id = ev->id;
-            uint8_t want_token[crypto_auth_hmacsha256_BYTES];
-            int peer = -1, qidx = -1;
-            if (priv && ev->param.conn.private_data_len >= sizeof(*priv) &&
-                ntohl(priv->magic) == IB_PRIV_MAGIC) {
-                peer = (int)ntohl((uint32_t)priv->rank);
-                qidx = (int)ntohl((uint32_t)priv->qidx);
-            }
-            if (peer > ctx->rank && peer < ctx->size && qidx >= 0 && qidx < ctx->nqps)
-                conn_token(ctx, peer, ctx->rank, qidx, infos, want_token);
-            if (peer <= ctx->rank || peer >= ctx->size || qidx < 0 || qidx >= ctx->nqps ||
-                sodium_memcmp(priv->token, want_token, sizeof(want_token)) != 0) {
-                flx_warn(NET, ctx->rank, "ib: rejected a connection request claiming rank %d "
-                         "QP %d: not a member of this job", peer, qidx);
+            int qidx, peer = ib_conn_claim(ctx, ev->param.conn.private_data,
+                                           ev->param.conn.private_data_len, infos, &qidx);
+            if (peer < 0) {
+                conn_log_reject(ctx, "a connection request with no valid token for this rank "
+                                "(not a member of this job)");
                 conn_reject(ev);
                 continue;
             }
             if (qidx == 0 ? ctx->conns[peer].id != NULL : ctx->conns[peer].xid[qidx] != NULL) {
-                flx_warn(NET, ctx->rank, "ib: rejected a second connection request for rank %d "
-                         "QP %d (a replay?)", peer, qidx);
+                char why[96];
+                snprintf(why, sizeof(why), "a second connection request for rank %d QP %d (a "
+                         "replay?)", peer, qidx);
+                conn_log_reject(ctx, why);
                 conn_reject(ev);
                 continue;
             }
@@ -351,8 +361,8 @@ void ib_conn_listen_event(tl_ctx_t *ctx)
 
     while (rdma_get_cm_event(ctx->ch_listen, &ev) == 0) {
         if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
-            flx_warn(NET, ctx->rank, "ib: rejected a connection request after setup (every "
-                     "member is connected)");
+            conn_log_reject(ctx, "a connection request after setup (every member is "
+                            "connected)");
             conn_reject(ev);
         } else { /* an accepted QP's disconnect and the like: nothing to do */
             rdma_ack_cm_event(ev);

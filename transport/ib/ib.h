@@ -219,6 +219,7 @@ struct tl_ctx {
     uint32_t remote_seq;
     flx_status_t remote_err;
     tl_cur_t cur;                /* the newest collective seen in a request */
+    unsigned rejected;           /* connection requests rejected (conn.c)  */
     boot_t *boot;
 };
 
@@ -230,6 +231,36 @@ int ib_dev_available(void);
 void ib_dev_print(FILE *out);
 
 /* conn.c */
+#define IB_PRIV_MAGIC 0x464c5849u /* "FLXI" */
+#define IB_NONCE_BYTES 16
+#define IB_TOKEN_BYTES 32         /* HMAC-SHA-256 */
+
+/* What each rank publishes over the bootstrap mesh. */
+typedef struct {
+    uint32_t ip;                 /* network order */
+    uint16_t port;               /* network order */
+    uint16_t nqps;               /* network order */
+    uint8_t nonce[IB_NONCE_BYTES];
+} ib_boot_info_t;
+
+/* A connection request's private data. */
+typedef struct {
+    uint32_t magic;
+    int32_t rank;
+    int32_t qidx;                /* 0: the primary QP, else an extra one */
+    uint8_t token[IB_TOKEN_BYTES];
+} ib_priv_t;                     /* 44 bytes: within a REQ's 56 */
+
+/* The token of rank from's request to rank to for QP qidx: HMAC-SHA-256
+ * under the job key of (from, to, qidx, to's nonce, from's nonce). */
+void ib_conn_token(const tl_ctx_t *ctx, int from, int to, int qidx, const ib_boot_info_t *infos,
+                   uint8_t out[IB_TOKEN_BYTES]);
+/* The rank a request's private data (len bytes) rightly claims to be, one
+ * this rank accepts (above it), with its QP index in *qidx_p; -1 for
+ * anything else (no or short data, another magic, a rank or QP out of
+ * range, a token that is not that rank's for this rank and QP). */
+int ib_conn_claim(const tl_ctx_t *ctx, const void *data, size_t len, const ib_boot_info_t *infos,
+                  int *qidx_p);
 flx_status_t ib_conn_setup(tl_ctx_t *ctx, boot_t *boot);
 void ib_conn_teardown(tl_ctx_t *ctx);
 void ib_conn_close_listener(tl_ctx_t *ctx);
