@@ -99,6 +99,11 @@ struct flx_ctl {
     size_t *sample_pos;
     int *sample_seg;
     float *accum;               /* per sample: gradient summed over the interval */
+    float *step_add;            /* ... this step's part, added when it succeeds */
+    int reset_accum;            /* ... or, at an interval's end, the sum cleared */
+    uint64_t agree_gen;         /* agreements started                       */
+    uint64_t taken_gen;         /* ... and the last one taken (once: a step
+                                   retried after a failure takes it again) */
     double prev_norm[FLX_CTL_MAX_SEGMENTS];
     int have_prev;
     int critical;
@@ -236,9 +241,11 @@ static flx_status_t ctl_sample_init(flx_ctl_h h)
     h->sample_pos = malloc(h->nsample * sizeof(size_t));
     h->sample_seg = malloc(h->nsample * sizeof(int));
     h->accum = calloc(h->nsample, sizeof(float));
+    h->step_add = calloc(h->nsample, sizeof(float));
     h->nxs = (h->nsample + 3) / 4;
     h->xs = malloc(h->nxs * sizeof(float));
-    if (h->sample_pos == NULL || h->sample_seg == NULL || h->accum == NULL || h->xs == NULL)
+    if (h->sample_pos == NULL || h->sample_seg == NULL || h->accum == NULL ||
+        h->step_add == NULL || h->xs == NULL)
         return FLX_ERR_NO_MEMORY;
     for (int s = 0; s < h->o.nsegments; s++) {
         for (size_t i = 0; i < h->o.segments[s]; i += stride, k++) {
@@ -351,6 +358,7 @@ flx_status_t flx_ctl_destroy(flx_ctl_h h)
     free(h->sample_pos);
     free(h->sample_seg);
     free(h->accum);
+    free(h->step_add);
     free(h->agree);
     free(h->agreed);
     free(h->xs);
@@ -383,22 +391,36 @@ static void ctl_local_stats(flx_ctl_h h, const float *grad, int interval_end)
 
         /* a NaN or Inf fails the step (the sync sees it on every rank); it
          * must not stay in the statistics of the steps after it */
+        h->step_add[k] = 0;
         if (!isfinite(grad[i]) || (e && !isfinite(grad[i] + e[i])))
             continue;
         ctl_hist_add(&h->hist, e ? grad[i] + e[i] : grad[i]);
-        h->accum[k] += grad[i];
+        h->step_add[k] = grad[i];
     }
     for (int f = 0; f < nf; f++)
         h->agree[f] = ctl_hist_gain(&h->hist, h->o.fractions[f]);
     for (int s = 0; s < h->o.nsegments; s++)
         h->agree[nf + CTL_AGREE_FIXED + s] = 0;
     if (interval_end) {
-        for (size_t k = 0; k < h->nsample; k++)
-            h->agree[nf + CTL_AGREE_FIXED + h->sample_seg[k]] += (double)h->accum[k] * h->accum[k];
+        for (size_t k = 0; k < h->nsample; k++) {
+            double a = (double)h->accum[k] + h->step_add[k];
+            h->agree[nf + CTL_AGREE_FIXED + h->sample_seg[k]] += a * a;
+        }
         for (int s = 0; s < h->o.nsegments; s++)
             h->agree[nf + CTL_AGREE_FIXED + s] = sqrt(h->agree[nf + CTL_AGREE_FIXED + s]);
-        memset(h->accum, 0, h->nsample * sizeof(float));
     }
+    h->reset_accum = interval_end;
+}
+
+/* The step succeeded: its part of the accumulated gradient counts (a failed
+ * one, which the caller may retry with the same gradient, does not). */
+static void ctl_commit_stats(flx_ctl_h h)
+{
+    if (h->reset_accum)
+        memset(h->accum, 0, h->nsample * sizeof(float));
+    else
+        for (size_t k = 0; k < h->nsample; k++)
+            h->accum[k] += h->step_add[k];
 }
 
 static double ctl_ewma(double old, double x) { return old < 0 ? x : (1 - CTL_LAMBDA) * old + CTL_LAMBDA * x; }
@@ -663,6 +685,7 @@ static flx_status_t ctl_agree_start(flx_ctl_h h, double compute_s, int interval_
                             FLX_ALGO_AUTO, &h->agree_req);
     h->agreed_step = h->step;
     h->agreed_interval_end = interval_end;
+    h->agree_gen++;
     return st;
 }
 
@@ -738,7 +761,10 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
             return st;
         interval_end = 0; /* taken into account now */
     }
-    ctl_take_agreed(h);
+    if (h->taken_gen != h->agree_gen) { /* once: not again when a failed step is retried */
+        ctl_take_agreed(h);
+        h->taken_gen = h->agree_gen;
+    }
     best = ctl_decide(h, cand, &ncand, &pred_dense, &probe);
     if (h->N == 1) /* nothing to send: the choice is moot, keep everything */
         best = 0;
@@ -762,6 +788,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     st = ctl_run(h, &cand[best], grad, &r);
     if (st != FLX_OK)
         return st;
+    ctl_commit_stats(h);
     r.combined_gain = measure ? ctl_combined_after(h, grad) : -1;
     /* remembered for the next step: time_s and score carry the measured
      * comm and selection times into the agreement */

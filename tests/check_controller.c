@@ -11,8 +11,10 @@
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static double urand(unsigned *s)
 {
@@ -548,6 +550,105 @@ START_TEST(test_ctl_nan)
 }
 END_TEST
 
+/* A step that fails (a NaN on rank 1) and is retried with the same, clean
+ * gradient leaves the controller where the clean step alone would: the
+ * critical test's accumulated norms (the log's critical and change) are
+ * those of a run without the failure, step by step.  Before, the failed
+ * attempt's samples counted too. */
+static int ctl_log_read(const char *path, int *crit, double *change, int max)
+{
+    char line[4096];
+    int n = 0;
+    FILE *f = fopen(path, "r");
+
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long long step;
+        char mode[32];
+        int c;
+        double ch;
+        if (sscanf(line, "%llu,%31[^,],%d,%lf", &step, mode, &c, &ch) != 4 || step >= (unsigned)max)
+            continue;
+        crit[step] = c; /* a retried step's last line */
+        change[step] = ch;
+        if ((int)step + 1 > n)
+            n = (int)step + 1;
+    }
+    fclose(f);
+    return n;
+}
+
+static int body_retry(flx_comm_h comm, int rank, int size, void *arg)
+{
+    enum { STEPS = 10 };
+    const size_t n = 20000;
+    float *g = malloc(n * sizeof(float));
+    const char *dir = arg;
+    char path[2][256];
+    int crit[2][STEPS];
+    double change[2][STEPS];
+
+    for (int run = 0; run < 2; run++) {
+        flx_ctl_opts_t o;
+        flx_ctl_report_t r;
+        flx_ctl_h h;
+
+        snprintf(path[run], sizeof(path[run]), "%s/retry%d.csv", dir, run);
+        flx_ctl_opts_default(&o);
+        o.field_mask = FLX_CTL_OPT_INTERVAL | FLX_CTL_OPT_LOG_PATH;
+        o.interval = 2;
+        o.log_path = path[run];
+        if (flx_ctl_create(comm, n, &o, &h) != FLX_OK)
+            return mp_fail(rank, "create");
+        for (int t = 0; t < STEPS; t++) {
+            for (int attempt = run == 1 && t == 3 ? 0 : 1; attempt < 2; attempt++) {
+                flx_status_t st;
+                for (size_t i = 0; i < n; i++)
+                    g[i] = (float)sin(0.001 * (double)(i + 1) * (t + 1) + rank);
+                if (attempt == 0 && rank == size - 1)
+                    g[5] = NAN;
+                st = flx_ctl_step(h, g, 0.01, &r);
+                if (st != (attempt == 0 ? FLX_ERR_INVALID_ARG : FLX_OK))
+                    return mp_fail(rank, "run %d step %d attempt %d: %s", run, t, attempt,
+                                   flx_status_string(st));
+            }
+        }
+        if (flx_ctl_destroy(h) != FLX_OK)
+            return mp_fail(rank, "destroy");
+    }
+    free(g);
+    if (rank != 0)
+        return 0;
+    for (int run = 0; run < 2; run++)
+        if (ctl_log_read(path[run], crit[run], change[run], STEPS) != STEPS)
+            return mp_fail(rank, "log %s: not %d steps", path[run], STEPS);
+    for (int t = 0; t < STEPS; t++)
+        if (crit[0][t] != crit[1][t] || change[0][t] != change[1][t])
+            return mp_fail(rank, "step %d: critical %d change %g without the failure, %d %g "
+                           "after a failed attempt retried", t, crit[0][t], change[0][t],
+                           crit[1][t], change[1][t]);
+    for (int t = 0; t < STEPS; t++)
+        if (change[0][t] != 0)
+            return 0;
+    return mp_fail(rank, "the norms never changed: nothing compared");
+}
+
+START_TEST(test_ctl_retry)
+{
+    char dir[] = "/tmp/check_ctl_retry.XXXXXX";
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(mp_run(2, body_retry, dir, 60, NULL), 0);
+    for (int run = 0; run < 2; run++) {
+        char path[256];
+        snprintf(path, sizeof(path), "%s/retry%d.csv", dir, run);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+END_TEST
+
 /* flx_gsync_flush_residual hands back exactly what error feedback held and
  * leaves zero behind (what a dense step of the controller relies on) */
 static int body_flush(flx_comm_h comm, int rank, int size, void *arg)
@@ -607,6 +708,7 @@ int main(void)
     tcase_add_test(ranks, test_ctl_gravac);
     tcase_add_test(ranks, test_ctl_bad_args);
     tcase_add_loop_test(ranks, test_ctl_nan, 0, 2);
+    tcase_add_test(ranks, test_ctl_retry);
     tcase_add_test(ranks, test_flush_residual);
     suite_add_tcase(s, pure);
     suite_add_tcase(s, ranks);
