@@ -101,9 +101,6 @@ struct flx_ctl {
     float *accum;               /* per sample: gradient summed over the interval */
     float *step_add;            /* ... this step's part, added when it succeeds */
     int reset_accum;            /* ... or, at an interval's end, the sum cleared */
-    uint64_t agree_gen;         /* agreements started                       */
-    uint64_t taken_gen;         /* ... and the last one taken (once: a step
-                                   retried after a failure takes it again) */
     double prev_norm[FLX_CTL_MAX_SEGMENTS];
     int have_prev;
     int critical;
@@ -685,7 +682,6 @@ static flx_status_t ctl_agree_start(flx_ctl_h h, double compute_s, int interval_
                             FLX_ALGO_AUTO, &h->agree_req);
     h->agreed_step = h->step;
     h->agreed_interval_end = interval_end;
-    h->agree_gen++;
     return st;
 }
 
@@ -726,8 +722,25 @@ static void ctl_take_agreed(flx_ctl_h h)
     }
 }
 
+/* A failed step leaves the controller as the step found it, so that the
+ * caller may retry it: what it learnt from the agreement, the agreement's
+ * step (a blocking one is run again).  What mirrors the sync object's own
+ * state (its kept fraction, whether it holds residuals) stays as the sync
+ * left it. */
+static flx_status_t ctl_step_failed(flx_ctl_h h, const struct flx_ctl *saved, flx_status_t st)
+{
+    double cur_kept = h->cur_kept;
+    int dirty = h->residual_dirty;
+
+    *h = *saved;
+    h->cur_kept = cur_kept;
+    h->residual_dirty = dirty;
+    return st;
+}
+
 flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_report_t *report_p)
 {
+    struct flx_ctl saved;
     ctl_cand_t cand[CTL_MAX_CANDS];
     flx_ctl_report_t r;
     int ncand = 0, best, interval_end, probe = 0, measure;
@@ -749,6 +762,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
         if (st != FLX_OK)
             return st;
     }
+    saved = *h;
     interval_end = (h->step + 1) % (uint64_t)h->o.interval == 0;
     /* g + e before the sync changes either */
     ctl_local_stats(h, grad, interval_end);
@@ -758,13 +772,10 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
         st = ctl_agree_start(h, compute_s, interval_end, 1);
         t_agree += flx_time_now() - tw;
         if (st != FLX_OK)
-            return st;
+            return ctl_step_failed(h, &saved, st);
         interval_end = 0; /* taken into account now */
     }
-    if (h->taken_gen != h->agree_gen) { /* once: not again when a failed step is retried */
-        ctl_take_agreed(h);
-        h->taken_gen = h->agree_gen;
-    }
+    ctl_take_agreed(h);
     best = ctl_decide(h, cand, &ncand, &pred_dense, &probe);
     if (h->N == 1) /* nothing to send: the choice is moot, keep everything */
         best = 0;
@@ -784,10 +795,10 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     measure = h->N > 1 && h->step % CTL_GAIN_EVERY == CTL_GAIN_EVERY - 1 &&
               (cand[best].coll == CTL_ARTOPK || cand[best].coll == CTL_TOPK_AG);
     if (measure && (st = ctl_combined_before(h, grad)) != FLX_OK)
-        return st;
+        return ctl_step_failed(h, &saved, st);
     st = ctl_run(h, &cand[best], grad, &r);
     if (st != FLX_OK)
-        return st;
+        return ctl_step_failed(h, &saved, st);
     ctl_commit_stats(h);
     r.combined_gain = measure ? ctl_combined_after(h, grad) : -1;
     /* remembered for the next step: time_s and score carry the measured

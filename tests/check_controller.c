@@ -555,7 +555,13 @@ END_TEST
  * critical test's accumulated norms (the log's critical and change) are
  * those of a run without the failure, step by step.  Before, the failed
  * attempt's samples counted too. */
-static int ctl_log_read(const char *path, int *crit, double *change, int max)
+typedef struct {
+    int crit;
+    double change, alpha, bandwidth, compute;
+} ctl_line_t;
+
+/* per step, the log's last line (first: its first, when a step was retried) */
+static int ctl_log_read(const char *path, ctl_line_t *last, ctl_line_t *first, int max)
 {
     char line[4096];
     int n = 0;
@@ -566,28 +572,34 @@ static int ctl_log_read(const char *path, int *crit, double *change, int max)
     while (fgets(line, sizeof(line), f)) {
         unsigned long long step;
         char mode[32];
-        int c;
-        double ch;
-        if (sscanf(line, "%llu,%31[^,],%d,%lf", &step, mode, &c, &ch) != 4 || step >= (unsigned)max)
+        ctl_line_t l;
+        if (sscanf(line, "%llu,%31[^,],%d,%lf,%lf,%lf,%lf", &step, mode, &l.crit, &l.change,
+                   &l.alpha, &l.bandwidth, &l.compute) != 7 || step >= (unsigned)max)
             continue;
-        crit[step] = c; /* a retried step's last line */
-        change[step] = ch;
-        if ((int)step + 1 > n)
+        if ((int)step + 1 > n) {
             n = (int)step + 1;
+            first[step] = l;
+        }
+        last[step] = l;
     }
     fclose(f);
     return n;
 }
+
+typedef struct {
+    char dir[64];
+    int fail_step, interval;
+} retry_arg_t;
 
 static int body_retry(flx_comm_h comm, int rank, int size, void *arg)
 {
     enum { STEPS = 10 };
     const size_t n = 20000;
     float *g = malloc(n * sizeof(float));
-    const char *dir = arg;
+    const retry_arg_t *ra = arg;
+    const char *dir = ra->dir;
     char path[2][256];
-    int crit[2][STEPS];
-    double change[2][STEPS];
+    ctl_line_t last[2][STEPS], first[2][STEPS];
 
     for (int run = 0; run < 2; run++) {
         flx_ctl_opts_t o;
@@ -597,12 +609,12 @@ static int body_retry(flx_comm_h comm, int rank, int size, void *arg)
         snprintf(path[run], sizeof(path[run]), "%s/retry%d.csv", dir, run);
         flx_ctl_opts_default(&o);
         o.field_mask = FLX_CTL_OPT_INTERVAL | FLX_CTL_OPT_LOG_PATH;
-        o.interval = 2;
+        o.interval = ra->interval;
         o.log_path = path[run];
         if (flx_ctl_create(comm, n, &o, &h) != FLX_OK)
             return mp_fail(rank, "create");
         for (int t = 0; t < STEPS; t++) {
-            for (int attempt = run == 1 && t == 3 ? 0 : 1; attempt < 2; attempt++) {
+            for (int attempt = run == 1 && t == ra->fail_step ? 0 : 1; attempt < 2; attempt++) {
                 flx_status_t st;
                 for (size_t i = 0; i < n; i++)
                     g[i] = (float)sin(0.001 * (double)(i + 1) * (t + 1) + rank);
@@ -621,31 +633,42 @@ static int body_retry(flx_comm_h comm, int rank, int size, void *arg)
     if (rank != 0)
         return 0;
     for (int run = 0; run < 2; run++)
-        if (ctl_log_read(path[run], crit[run], change[run], STEPS) != STEPS)
+        if (ctl_log_read(path[run], last[run], first[run], STEPS) != STEPS)
             return mp_fail(rank, "log %s: not %d steps", path[run], STEPS);
     for (int t = 0; t < STEPS; t++)
-        if (crit[0][t] != crit[1][t] || change[0][t] != change[1][t])
+        if (last[0][t].crit != last[1][t].crit || last[0][t].change != last[1][t].change)
             return mp_fail(rank, "step %d: critical %d change %g without the failure, %d %g "
-                           "after a failed attempt retried", t, crit[0][t], change[0][t],
-                           crit[1][t], change[1][t]);
+                           "after a failed attempt retried", t, last[0][t].crit,
+                           last[0][t].change, last[1][t].crit, last[1][t].change);
+    {   /* the retry learnt nothing the failed attempt had learnt already */
+        const ctl_line_t *a = &first[1][ra->fail_step], *b = &last[1][ra->fail_step];
+        if (a->alpha != b->alpha || a->bandwidth != b->bandwidth || a->compute != b->compute)
+            return mp_fail(rank, "step %d: alpha %g, bandwidth %g, compute %g at the failed "
+                           "attempt, %g %g %g at its retry", ra->fail_step, a->alpha,
+                           a->bandwidth, a->compute, b->alpha, b->bandwidth, b->compute);
+    }
     for (int t = 0; t < STEPS; t++)
-        if (change[0][t] != 0)
+        if (last[0][t].change != 0 || (ra->fail_step == 0 && last[0][t].crit))
             return 0;
     return mp_fail(rank, "the norms never changed: nothing compared");
 }
 
+/* the failed step: 3 (interval 2), 0 (interval 1: the first interval is
+ * critical; a retry that took the agreement twice made it not), 4 (1) */
 START_TEST(test_ctl_retry)
 {
-    char dir[] = "/tmp/check_ctl_retry.XXXXXX";
+    static const int cases[3][2] = {{3, 2}, {0, 1}, {4, 1}};
+    retry_arg_t ra = {.dir = "/tmp/check_ctl_retry.XXXXXX", .fail_step = cases[_i][0],
+                      .interval = cases[_i][1]};
 
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    ck_assert_int_eq(mp_run(2, body_retry, dir, 60, NULL), 0);
+    ck_assert_ptr_nonnull(mkdtemp(ra.dir));
+    ck_assert_int_eq(mp_run(2, body_retry, &ra, 60, NULL), 0);
     for (int run = 0; run < 2; run++) {
         char path[256];
-        snprintf(path, sizeof(path), "%s/retry%d.csv", dir, run);
+        snprintf(path, sizeof(path), "%s/retry%d.csv", ra.dir, run);
         unlink(path);
     }
-    rmdir(dir);
+    rmdir(ra.dir);
 }
 END_TEST
 
@@ -708,7 +731,7 @@ int main(void)
     tcase_add_test(ranks, test_ctl_gravac);
     tcase_add_test(ranks, test_ctl_bad_args);
     tcase_add_loop_test(ranks, test_ctl_nan, 0, 2);
-    tcase_add_test(ranks, test_ctl_retry);
+    tcase_add_loop_test(ranks, test_ctl_retry, 0, 3);
     tcase_add_test(ranks, test_flush_residual);
     suite_add_tcase(s, pure);
     suite_add_tcase(s, ranks);

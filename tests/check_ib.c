@@ -512,13 +512,16 @@ static int body_partial_write(flx_comm_h comm, int rank, int size, void *arg)
         return mp_fail(rank, "no memory");
     /* rank 1 notices its abort within a 0.1 s progress round: the writes
      * must take longer, so k chunks of 16 MiB are sent, k from a probe */
+    if (flx_broadcast(comm, buf, PW_COUNT, FLX_FLOAT32, 0) != FLX_OK || /* warm-up */
+        flx_barrier(comm) != FLX_OK)
+        return mp_fail(rank, "warm-up broadcast failed");
     t0 = now_s();
     if (flx_broadcast(comm, buf, PW_COUNT, FLX_FLOAT32, 0) != FLX_OK)
         return mp_fail(rank, "probe broadcast failed");
     t16 = now_s() - t0;
     if (flx_allreduce(comm, &t16, &t16, 1, FLX_FLOAT64, FLX_MAX, FLX_ALGO_AUTO) != FLX_OK)
         return mp_fail(rank, "allreduce failed");
-    k = t16 >= 0.6 ? 1 : t16 * 64 < 0.6 ? 64 : (size_t)(0.6 / t16) + 1;
+    k = t16 >= 0.6 ? 1 : t16 * 32 < 0.6 ? 32 : (size_t)(0.6 / t16) + 1;
     if (k * t16 < 0.3) {
         printf("partial_write: this fabric moves %zu MiB in %.3f s, faster than an abort "
                "reaches the wait: not testable here\n", 16 * k, k * t16);

@@ -112,6 +112,7 @@ flx_status_t auth_connect_or_busy(int fd, const auth_key_t *key, uint16_t purpos
 void auth_drop_busy(int fd, int after_hello)
 {
     uint8_t notice[4], sink[256];
+    int drained = 0;
 
     put32(notice, AUTH_BUSY_MAGIC);
     if (after_hello)
@@ -119,9 +120,10 @@ void auth_drop_busy(int fd, int after_hello)
     (void)send(fd, notice, after_hello ? 1 : sizeof(notice), MSG_DONTWAIT | MSG_NOSIGNAL);
     shutdown(fd, SHUT_WR);
     /* unread bytes at close() would send a reset, which can discard the
-     * notice at the other end before it is read */
-    while (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0)
-        ;
+     * notice at the other end before it is read: a rank has sent at most
+     * its HELLO; a stranger that keeps sending gets its reset */
+    while (drained < 16 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0)
+        drained++;
     close(fd);
 }
 

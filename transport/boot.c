@@ -26,9 +26,11 @@
 
 typedef struct {
     int n;
+    uint64_t accepted;             /* connections accepted so far */
     struct {
         int fd;
         int got_hello;             /* challenge sent, the proof is next */
+        uint64_t order;            /* its place in accept order (the oldest: least) */
         struct sockaddr_in peer;
         double deadline;
         auth_accept_state_t auth;
@@ -64,13 +66,14 @@ static void waiting_make_room(boot_t *boot, boot_waiting_t *w)
     char ps[64];
     int victim = -1;
 
+    /* by accept order: deadlines, clamped to the bootstrap's, can all be equal */
     for (int i = 0; i < w->n; i++)
-        if (!w->c[i].got_hello && (victim < 0 || w->c[i].deadline < w->c[victim].deadline))
+        if (!w->c[i].got_hello && (victim < 0 || w->c[i].order < w->c[victim].order))
             victim = i;
     if (victim < 0) {
         victim = 0;
         for (int i = 1; i < w->n; i++)
-            if (w->c[i].deadline < w->c[victim].deadline)
+            if (w->c[i].order < w->c[victim].order)
                 victim = i;
     }
     flx_warn(INIT, boot->rank, "rejected connection from %s: too many connections waiting to "
@@ -97,6 +100,7 @@ static void waiting_accept(boot_t *boot, int lfd, boot_waiting_t *w, double dead
         set_lowat(fd, AUTH_HELLO_BYTES); /* readable: the whole HELLO, or EOF */
         w->c[w->n].fd = fd;
         w->c[w->n].got_hello = 0;
+        w->c[w->n].order = w->accepted++;
         w->c[w->n].peer = peer;
         w->c[w->n].deadline = FLX_MIN(flx_time_now() + boot->cfg.handshake_timeout_s, deadline);
         w->n++;

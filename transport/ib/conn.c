@@ -104,6 +104,10 @@ static flx_status_t wait_cm_event(tl_ctx_t *ctx, struct rdma_event_channel *ch, 
         if (rc > 0) {
             if (rdma_get_cm_event(ch, ev_p) == 0)
                 return FLX_OK;
+            if (pfd.revents & (POLLERR | POLLHUP | POLLNVAL)) {
+                flx_error(NET, ctx->rank, "ib: the connection manager's channel failed");
+                return FLX_ERR_SYSTEM;
+            }
             if (errno == EAGAIN || errno == EINTR) /* the listener's fd does not block */
                 continue;
             flx_error(NET, ctx->rank, "rdma_get_cm_event failed: %m");

@@ -177,6 +177,8 @@ static flx_status_t tcp_error(tl_ctx_t *ctx) { return ctx->err; }
 /* ---- sending ------------------------------------------------------------- */
 
 /* Write as much of the queue as the socket takes.  0 ok, -1 failed. */
+static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c);
+
 static int conn_send_progress(tl_ctx_t *ctx, tcp_conn_t *c)
 {
     while (c->sq_head) {
@@ -207,10 +209,19 @@ static int conn_send_progress(tl_ctx_t *ctx, tcp_conn_t *c)
         if (w < 0) {
             if (errno == EAGAIN || errno == EINTR)
                 return 0;
+            /* a failed peer sends its notice, then cuts the connection:
+             * the notice is in our socket before the reset, read it */
+            if (!c->errored) {
+                int err = errno;
+                (void)conn_recv_progress(ctx, c);
+                errno = err;
+            }
             if (c->errored) { /* it said why it left: fail only what goes there */
                 conn_fail_sends(c, ctx->remote_err);
                 return 0;
             }
+            if (ctx->err != FLX_OK) /* reading it failed the context: said there */
+                return -1;
             flx_error(NET, ctx->rank, "send to rank %d failed: %m", c->peer);
             tcp_fail(ctx, sock_errno_status(errno), "send failed");
             return -1;
@@ -723,6 +734,11 @@ static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c)
         }
         if (errno == EAGAIN || errno == EINTR)
             return 0;
+        if (c->errored) { /* its notice came first: the reset is its leaving */
+            c->eof = 1;
+            conn_fail_posted(c, ctx->remote_err);
+            return 0;
+        }
         flx_error(NET, ctx->rank, "receive from rank %d failed: %m", c->peer);
         tcp_fail(ctx, sock_errno_status(errno), "recv failed");
         return -1;
