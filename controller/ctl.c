@@ -100,7 +100,6 @@ struct flx_ctl {
     int *sample_seg;
     float *accum;               /* per sample: gradient summed over the interval */
     float *step_add;            /* ... this step's part, added when it succeeds */
-    int reset_accum;            /* ... or, at an interval's end, the sum cleared */
     double prev_norm[FLX_CTL_MAX_SEGMENTS];
     int have_prev;
     int critical;
@@ -406,14 +405,14 @@ static void ctl_local_stats(flx_ctl_h h, const float *grad, int interval_end)
         for (int s = 0; s < h->o.nsegments; s++)
             h->agree[nf + CTL_AGREE_FIXED + s] = sqrt(h->agree[nf + CTL_AGREE_FIXED + s]);
     }
-    h->reset_accum = interval_end;
 }
 
-/* The step succeeded: its part of the accumulated gradient counts (a failed
- * one, which the caller may retry with the same gradient, does not). */
-static void ctl_commit_stats(flx_ctl_h h)
+/* The step succeeded: its part of the accumulated gradient counts, or at
+ * an interval's end the sum starts again (a failed step, which the caller
+ * may retry with the same gradient, changes neither). */
+static void ctl_commit_stats(flx_ctl_h h, int interval_end)
 {
-    if (h->reset_accum)
+    if (interval_end)
         memset(h->accum, 0, h->nsample * sizeof(float));
     else
         for (size_t k = 0; k < h->nsample; k++)
@@ -743,7 +742,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     struct flx_ctl saved;
     ctl_cand_t cand[CTL_MAX_CANDS];
     flx_ctl_report_t r;
-    int ncand = 0, best, interval_end, probe = 0, measure;
+    int ncand = 0, best, interval_end, accum_reset, probe = 0, measure;
     double t0 = flx_time_now(), t_agree = 0, pred_dense = 0;
     flx_status_t st = FLX_OK;
 
@@ -764,6 +763,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     }
     saved = *h;
     interval_end = (h->step + 1) % (uint64_t)h->o.interval == 0;
+    accum_reset = interval_end;
     /* g + e before the sync changes either */
     ctl_local_stats(h, grad, interval_end);
     if (h->step == 0 || h->agreed_step + 1 != h->step) {
@@ -799,7 +799,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     st = ctl_run(h, &cand[best], grad, &r);
     if (st != FLX_OK)
         return ctl_step_failed(h, &saved, st);
-    ctl_commit_stats(h);
+    ctl_commit_stats(h, accum_reset);
     r.combined_gain = measure ? ctl_combined_after(h, grad) : -1;
     /* remembered for the next step: time_s and score carry the measured
      * comm and selection times into the agreement */

@@ -102,8 +102,7 @@ static inline int tl_tag_sig_equal(const tl_tag_t *a, const tl_tag_t *b)
  * nothing this rank posts a receive for (a count-0 call's barrier, say),
  * so early messages of the newest collective are checked against it. */
 typedef struct {
-    uint32_t seq;
-    tl_tag_t tag; /* valid once set */
+    tl_tag_t tag; /* its seq: 0 before the first request */
     int set;
 } tl_cur_t;
 
@@ -111,10 +110,7 @@ typedef struct {
  * then checks the early messages of tag->seq it holds), else 0. */
 static inline int tl_cur_note(tl_cur_t *cur, const tl_tag_t *tag)
 {
-    if (cur->set && (int32_t)(tag->seq - cur->seq) < 0)
-        return 0;
-    cur->seq = tag->seq;
-    if (cur->set && cur->tag.seq == tag->seq)
+    if (cur->set && (int32_t)(tag->seq - cur->tag.seq) <= 0)
         return 0;
     cur->tag = *tag;
     cur->set = 1;

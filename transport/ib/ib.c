@@ -214,7 +214,7 @@ static void ib_fail_at(tl_ctx_t *ctx, flx_status_t st, uint32_t seq, const char 
  * collective are posted: that one did not complete here. */
 static void ib_fail(tl_ctx_t *ctx, flx_status_t st, const char *why)
 {
-    ib_fail_at(ctx, st, ctx->cur.seq, why);
+    ib_fail_at(ctx, st, ctx->cur.tag.seq, why);
 }
 
 static flx_status_t ib_error(tl_ctx_t *ctx) { return ctx->err; }

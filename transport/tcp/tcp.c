@@ -98,7 +98,7 @@ static void tcp_fail_at(tl_ctx_t *ctx, flx_status_t st, uint32_t seq, const char
  * collective are posted: that one did not complete here. */
 static void tcp_fail(tl_ctx_t *ctx, flx_status_t st, const char *why)
 {
-    tcp_fail_at(ctx, st, ctx->cur.seq, why);
+    tcp_fail_at(ctx, st, ctx->cur.tag.seq, why);
 }
 
 /* Fail the requests of collective seq and later; earlier collectives may
