@@ -212,6 +212,7 @@ flx_status_t comm_run_allreduce(flx_comm_h comm, const void *sendbuf, void *recv
     switch (algo) {
     case FLX_ALGO_TREE: st = coll_allreduce_tree(comm, sendbuf, recvbuf, count, dtype, op); break;
     case FLX_ALGO_RD: st = coll_allreduce_rd(comm, sendbuf, recvbuf, count, dtype, op); break;
+    case FLX_ALGO_HD: st = coll_allreduce_hd(comm, sendbuf, recvbuf, count, dtype, op); break;
     default: st = coll_allreduce_ring(comm, sendbuf, recvbuf, count, dtype, op); break;
     }
     if (st != FLX_OK)

@@ -29,6 +29,8 @@ flx_status_t coll_allreduce_tree(flx_comm_h comm, const void *src, void *buf, si
                                  flx_dtype_t dtype, flx_op_t op);
 flx_status_t coll_allreduce_rd(flx_comm_h comm, const void *src, void *buf, size_t count,
                                flx_dtype_t dtype, flx_op_t op);
+flx_status_t coll_allreduce_hd(flx_comm_h comm, const void *src, void *buf, size_t count,
+                               flx_dtype_t dtype, flx_op_t op);
 flx_status_t coll_allgather_ring(flx_comm_h comm, void *recvbuf, size_t bytes_per_rank);
 flx_status_t coll_allgather_rd(flx_comm_h comm, void *recvbuf, size_t bytes_per_rank);
 flx_status_t coll_bcast_binomial(flx_comm_h comm, void *buf, size_t bytes, int root);

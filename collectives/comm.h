@@ -41,7 +41,7 @@ typedef struct {
 
 /* The allreduce algorithms with a model each: index algo - FLX_ALGO_RING;
  * the allgather's two (ring, Bruck): model_ag_index. */
-enum { MODEL_NAR = 3, MODEL_NAG = 2 };
+enum { MODEL_NAR = 4, MODEL_NAG = 2 };
 
 /* The live model's state on this rank (model.c). */
 typedef struct {

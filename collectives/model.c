@@ -7,6 +7,11 @@
  *                    (each step moves chunks and reduces each as it lands:
  *                    only the last one's reduction is not hidden),
  *                    p = pow2 floor of N
+ *   hd allreduce     (2 log2 p + 2[N != p]) alpha
+ *                      + (2(p-1)/p + 2[N != p]) S/beta
+ *                      + (log2 p + [N != p]) min(c, S/2)/reduce bandwidth
+ *                    (halving-doubling: the ring's bytes in 2 log2 p steps;
+ *                    the pairs of recursive doubling when N != p)
  *   ring allgather   (N-1) (alpha + b/beta)
  *   rd allgather     ceil(log2 N) alpha + (N-1) b/beta (+ 2 N b / copy bandwidth:
  *                    Bruck, when N is not a power of two)
@@ -84,6 +89,10 @@ double model_allreduce_time(flx_algo_t algo, int n, double bytes, double alpha, 
     case FLX_ALGO_RD:
         return (log2_floor(p) + (p != n ? 2 : 0)) * (alpha + bytes / beta) +
                (log2_floor(p) + (p != n ? 1 : 0)) * c / MODEL_REDUCE_BW;
+    case FLX_ALGO_HD:
+        return (2.0 * log2_floor(p) + (p != n ? 2 : 0)) * alpha +
+               (2.0 * (p - 1) / p + (p != n ? 2 : 0)) * bytes / beta +
+               (log2_floor(p) + (p != n ? 1 : 0)) * FLX_MIN(c, bytes / 2) / MODEL_REDUCE_BW;
     default:
         return 1e30;
     }
@@ -200,7 +209,9 @@ model_ab_t model_allreduce_ab(flx_algo_t algo, int n, const model_ab_t ar[MODEL_
 /* With 2 ranks the tree is a reduce to one rank and a broadcast back: two
  * steps where recursive doubling takes one, and no more bandwidth than the
  * ring, so it is never picked there, whatever a noisy fit says (its 8 B fit
- * coming out below rd's once made 2-rank small allreduces take two trips). */
+ * coming out below rd's once made 2-rank small allreduces take two trips).
+ * Halving-doubling on 2 ranks is the ring's two exchanges of half without
+ * the ring's one pipeline through both, so it is not picked there either. */
 flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar[MODEL_NAR],
                                          double chunk, unsigned long call, const double *ran)
 {
@@ -208,7 +219,7 @@ flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar
 
     for (int i = 0; i < MODEL_NAR; i++) {
         flx_algo_t algo = (flx_algo_t)(FLX_ALGO_RING + i);
-        t[i] = n == 2 && algo == FLX_ALGO_TREE
+        t[i] = n == 2 && (algo == FLX_ALGO_TREE || algo == FLX_ALGO_HD)
                    ? 1e300
                    : model_allreduce_time_ab(algo, n, bytes, model_allreduce_ab(algo, n, ar),
                                              chunk);
@@ -544,9 +555,9 @@ static flx_status_t model_fit_run(flx_comm_h comm, int i, float *buf, size_t cou
                                  : coll_allgather_ring(comm, buf, count * sizeof(float));
     else
         st = algo == FLX_ALGO_RING ? coll_allreduce_ring(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM)
-             : algo == FLX_ALGO_TREE
-                 ? coll_allreduce_tree(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM)
-                 : coll_allreduce_rd(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM);
+             : algo == FLX_ALGO_TREE ? coll_allreduce_tree(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM)
+             : algo == FLX_ALGO_HD ? coll_allreduce_hd(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM)
+                                   : coll_allreduce_rd(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM);
     *t_p = flx_time_now() - t0;
     return st;
 }
@@ -839,10 +850,11 @@ double flx_allgather_predict(flx_comm_h comm, size_t count, flx_dtype_t dtype, f
     double bpr, t;
 
     if (comm == NULL || !flx_dtype_valid(dtype) || (unsigned)algo >= FLX_ALGO_COUNT ||
-        algo == FLX_ALGO_TREE) {
+        algo == FLX_ALGO_TREE || algo == FLX_ALGO_HD) {
         flx_error(COLL, comm ? comm->rank : -1, "flx_allgather_predict: %s",
                   comm == NULL ? "comm is NULL" : !flx_dtype_valid(dtype) ? "invalid dtype"
                   : algo == FLX_ALGO_TREE ? "the allgather has no tree algorithm"
+                  : algo == FLX_ALGO_HD   ? "the allgather has no halving-doubling algorithm"
                                           : "invalid algo");
         return -1;
     }

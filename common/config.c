@@ -27,7 +27,7 @@ typedef struct {
 } cfg_field_t;
 
 static const char *const net_choices[] = {"auto", "tcp", "ib", NULL};
-static const char *const algo_choices[] = {"auto", "ring", "tree", "rd", NULL};
+static const char *const algo_choices[] = {"auto", "ring", "tree", "rd", "hd", NULL};
 
 #define OFF(f) offsetof(flx_config_t, f)
 #define SZ(f) sizeof(((flx_config_t *)0)->f)
@@ -49,7 +49,7 @@ static const cfg_field_t cfg_table[] = {
      CFG_STRING, OFF(socket_ifname), SZ(socket_ifname), 0, 0, NULL},
     {"NET", "auto", "transport: auto|tcp|ib (auto: ib when an active RDMA port exists)", CFG_ENUM,
      OFF(net), 0, 0, 0, net_choices},
-    {"ALGO", "auto", "collective algorithm: auto|ring|tree|rd (auto: alpha-beta model)", CFG_ENUM,
+    {"ALGO", "auto", "collective algorithm: auto|ring|tree|rd|hd (auto: alpha-beta model; hd: allreduce only)", CFG_ENUM,
      OFF(algo), 0, 0, 0, algo_choices},
     {"TIMEOUT", "30s", "a collective that makes no progress for this long fails with FLX_ERR_TIMED_OUT",
      CFG_TIME, OFF(timeout_s), 0, 1, 0, NULL},

@@ -8,7 +8,7 @@ static const size_t dtype_sizes[FLX_DTYPE_COUNT] = {4, 8, 2, 2, 4, 8};
 static const char *const dtype_names[FLX_DTYPE_COUNT] = {
     "float", "double", "half", "bfloat16", "int32", "int64"};
 static const char *const op_names[FLX_OP_COUNT] = {"sum", "prod", "min", "max", "avg"};
-static const char *const algo_names[FLX_ALGO_COUNT] = {"auto", "ring", "tree", "rd"};
+static const char *const algo_names[FLX_ALGO_COUNT] = {"auto", "ring", "tree", "rd", "hd"};
 
 int flx_dtype_valid(flx_dtype_t dtype) { return (unsigned)dtype < FLX_DTYPE_COUNT; }
 int flx_op_valid(flx_op_t op) { return (unsigned)op < FLX_OP_COUNT; }

@@ -97,6 +97,12 @@ double cmp_bytes_allreduce(flx_algo_t algo, int N, int rank, double bytes)
         if (rank < 2 * (N - p)) /* paired: even ranks hand over, odd ones hand back */
             return rank % 2 == 0 ? bytes : (1.0 + log2p) * bytes;
         return log2p * bytes;
+    case FLX_ALGO_HD: /* the ring's bytes over p ranks, and the same pairs as rd */
+        while (2 * p <= N)
+            p *= 2;
+        if (rank < 2 * (N - p))
+            return rank % 2 == 0 ? bytes : (1.0 + 2.0 * (p - 1) / p) * bytes;
+        return 2.0 * (p - 1) / p * bytes;
     default:
         return 2.0 * (N - 1) / N * bytes;
     }

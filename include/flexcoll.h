@@ -89,6 +89,8 @@ typedef enum {
     FLX_ALGO_RING,
     FLX_ALGO_TREE,
     FLX_ALGO_RD, /* recursive doubling (Bruck's variant for allgather) */
+    FLX_ALGO_HD, /* allreduce: halving-doubling (Rabenseifner); the other
+                  * collectives choose as under FLX_ALGO_AUTO */
     FLX_ALGO_COUNT
 } flx_algo_t;
 

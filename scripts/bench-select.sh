@@ -7,7 +7,7 @@
 # of N hosts (scripts/cluster.sh, needs root; brought up here and always torn
 # down on exit), or "loopback" for N local ranks under flxrun.
 #
-# Runs `flx-allreduce-perf -a all --model` (ring, tree, rd, then auto at each
+# Runs `flx-allreduce-perf -a all --model` (ring, tree, rd, hd, then auto at each
 # size, so load changes hit them alike; -c allgather: flx-allgather-perf, ring
 # and rd = Bruck, sizes gathered in all) and prints per size: each algorithm's time, auto's time
 # and choice, auto / fastest (target <= 1.10), pick / fastest (the chosen
@@ -118,19 +118,20 @@ fi
     echo "# $coll algorithm selection, $n ranks, $rate ($model)"
     echo "# p50 time of the out-of-place runs in us; err = (measured - predicted) / predicted"
     # CSV columns by name from the header; algo_arg is what -a asked for
-    # (1 ring, 2 tree, 3 rd, 4 auto), algo what ran; the allgather has no tree.
+    # (1 ring, 2 tree, 3 rd, 4 hd, 5 auto), algo what ran; the allgather has
+    # neither tree nor hd.
     awk -F, -v rtt="${rtt_us:-0}" -v linkbps="$linkbps" -v alpha="$alpha_us" -v coll="$coll" '
     NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
     $col["placement"] != "out-of-place" { next }
     {
         size = $col["size"]
         arg = $col["algo_arg"]
-        sweep = arg == "ring" ? 1 : arg == "tree" ? 2 : arg == "rd" ? 3 : 4
+        sweep = arg == "ring" ? 1 : arg == "tree" ? 2 : arg == "rd" ? 3 : arg == "hd" ? 4 : 5
         if (size != prev) sizes[++nsz] = size
         prev = size
         t[sweep, size] = $col["p50_us"]
-        if (sweep <= 3) p[sweep, size] = $col["pred_us"]
-        if (sweep == 4) choice[size] = $col["algo"]
+        if (sweep <= 4) p[sweep, size] = $col["pred_us"]
+        if (sweep == 5) choice[size] = $col["algo"]
         busbw[sweep, size] = $col["busbw_gbs"]
         nranks = $col["nranks"]
     }
@@ -140,24 +141,26 @@ fi
         return b
     }
     END {
-        printf "%8s %10s %10s %10s %10s %6s %9s %9s %8s %8s %8s\n", "size", "ring", "tree", "rd",
-               "auto", "choice", "auto/best", "pick/best", "err ring", "err tree", "err rd"
+        printf "%8s %10s %10s %10s %10s %10s %6s %9s %9s %8s %8s %8s %8s\n", "size", "ring", "tree",
+               "rd", "hd", "auto", "choice", "auto/best", "pick/best", "err ring", "err tree", "err rd",
+               "err hd"
         worst = 0; bad = 0; errbad = 0; pworst = 0; pbad = 0
         for (k = 1; k <= nsz; k++) {
             s = sizes[k]; best = 1e300; bname = ""
-            for (a = 1; a <= 3; a++) if ((a, s) in t && t[a, s] < best) { best = t[a, s]; bname = a }
-            r = best > 0 ? t[4, s] / best : 0
+            for (a = 1; a <= 4; a++) if ((a, s) in t && t[a, s] < best) { best = t[a, s]; bname = a }
+            r = best > 0 ? t[5, s] / best : 0
             if (r > worst) worst = r
             if (r > 1.10) bad++
             # the chosen algorithm, its own run, against the fastest: the choice
             # alone, without the noise between the auto run and the others
-            c = choice[s] == "ring" ? 1 : choice[s] == "tree" ? 2 : choice[s] == "rd" ? 3 : 0
+            c = choice[s] == "ring" ? 1 : choice[s] == "tree" ? 2 : choice[s] == "rd" ? 3 : choice[s] == "hd" ? 4 : 0
             pr = c && best > 0 ? t[c, s] / best : 0
             if (pr > pworst) pworst = pr
             if (pr > 1.10) pbad++
-            line = sprintf("%8s %10.1f %10s %10.1f %10.1f %6s %9.2f %9.2f", hs(s), t[1, s],
-                           (2, s) in t ? sprintf("%.1f", t[2, s]) : "-", t[3, s], t[4, s], choice[s], r, pr)
-            for (a = 1; a <= 3; a++) {
+            line = sprintf("%8s %10.1f %10s %10.1f %10s %10.1f %6s %9.2f %9.2f", hs(s), t[1, s],
+                           (2, s) in t ? sprintf("%.1f", t[2, s]) : "-", t[3, s],
+                           (4, s) in t ? sprintf("%.1f", t[4, s]) : "-", t[5, s], choice[s], r, pr)
+            for (a = 1; a <= 4; a++) {
                 if (!((a, s) in t)) { line = line sprintf(" %8s", "-"); continue }
                 e = p[a, s] > 0 ? (t[a, s] / p[a, s] - 1) * 100 : 0
                 line = line sprintf(" %+7.0f%%", e)
@@ -174,7 +177,7 @@ fi
         printf "# ring busbw at %s: %.3f GB/s", hs(big), busbw[1, big]
         if (linkbps > 0) printf " = %.0f%% of the link (%.3f GB/s)", 100 * busbw[1, big] / (linkbps / 1e9), linkbps / 1e9
         printf "\n"
-        lat = t[4, sizes[1]]; lg = 0; for (m = 1; m < nranks; m *= 2) lg++
+        lat = t[5, sizes[1]]; lg = 0; for (m = 1; m < nranks; m *= 2) lg++
         if (coll != "allreduce") exit
         if (rtt > 0)
             printf "# %s B auto %.1f us = %.2f x 2 log2(N) round trips of a Python TCP ping-pong (%.1f us)\n",

@@ -245,11 +245,11 @@ static int check_allreduce_readonly(flx_comm_h comm, int rank, int size, flx_alg
 static int body_allreduce(flx_comm_h comm, int rank, int size, void *arg)
 {
     static const flx_algo_t algos[] = {FLX_ALGO_AUTO, FLX_ALGO_RING, FLX_ALGO_TREE,
-                                       FLX_ALGO_RD};
+                                       FLX_ALGO_RD, FLX_ALGO_HD};
     size_t sizes[8];
 
     (void)arg;
-    for (size_t a = 0; a < 4; a++) {
+    for (size_t a = 0; a < sizeof(algos) / sizeof(algos[0]); a++) {
         for (size_t d = 0; d < 6; d++) {
             size_t ns = sizes_for(size, all_dtypes[d], BIG_BYTES, sizes);
             for (size_t s = 0; s < ns; s++) {
@@ -346,6 +346,10 @@ static int body_allgather(flx_comm_h comm, int rank, int size, void *arg)
                                      BIG_BYTES / (size_t)size / sizeof(float) + 3))
             return 1;
     }
+    /* the allgather has no tree or hd: it chooses as under auto */
+    if (check_allgather_readonly(comm, rank, size, FLX_ALGO_TREE, (size_t)size + 1) ||
+        check_allgather_readonly(comm, rank, size, FLX_ALGO_HD, (size_t)size + 1))
+        return 1;
     return 0;
 }
 
@@ -493,7 +497,7 @@ static int body_model_refresh(flx_comm_h comm, int rank, int size, void *arg)
     const int off = arg != NULL;
     const size_t count = 256 * 1024; /* 1 MiB of float32 */
     float *buf = malloc(count * sizeof(float)), *all = malloc(count * sizeof(float) * (size_t)size);
-    double betas[8 * 8], mine[8], ag0[2];
+    double betas[9 * 8], mine[9], ag0[2];
     flx_link_model_t m0, m1;
     flx_status_t st;
 
@@ -545,12 +549,13 @@ static int body_model_refresh(flx_comm_h comm, int rank, int size, void *arg)
     mine[1] = m1.beta_bytes_per_s;
     for (int a = 0; a < 3; a++)
         mine[2 + a] = flx_allreduce_predict(comm, count, FLX_FLOAT32, (flx_algo_t)(FLX_ALGO_RING + a));
+    mine[8] = flx_allreduce_predict(comm, count, FLX_FLOAT32, FLX_ALGO_HD);
     if (flx_allreduce_predict(NULL, count, FLX_FLOAT32, FLX_ALGO_RING) != -1 ||
         flx_allreduce_predict(comm, count, (flx_dtype_t)99, FLX_ALGO_RING) != -1 ||
         flx_allreduce_predict(comm, count, FLX_FLOAT32, FLX_ALGO_COUNT) != -1)
         return mp_fail(rank, "flx_allreduce_predict accepted a bad argument");
-    if (size > 1 && !(mine[2] > 0 && mine[3] > 0 && mine[4] > 0))
-        return mp_fail(rank, "predictions %g %g %g", mine[2], mine[3], mine[4]);
+    if (size > 1 && !(mine[2] > 0 && mine[3] > 0 && mine[4] > 0 && mine[8] > 0))
+        return mp_fail(rank, "predictions %g %g %g %g", mine[2], mine[3], mine[4], mine[8]);
     /* the allgather's own models: the ring's, which ran, learnt (or not,
      * off); Bruck's, which never ran, did not move, but its prediction
      * takes the ring's 1/beta as a floor: with the ring learnt slower it
@@ -561,6 +566,7 @@ static int body_model_refresh(flx_comm_h comm, int rank, int size, void *arg)
     if (flx_allgather_predict(NULL, count, FLX_FLOAT32, FLX_ALGO_RING) != -1 ||
         flx_allgather_predict(comm, count, (flx_dtype_t)99, FLX_ALGO_RING) != -1 ||
         flx_allgather_predict(comm, count, FLX_FLOAT32, FLX_ALGO_TREE) != -1 ||
+        flx_allgather_predict(comm, count, FLX_FLOAT32, FLX_ALGO_HD) != -1 ||
         flx_allgather_predict(comm, count, FLX_FLOAT32, FLX_ALGO_COUNT) != -1 ||
         flx_allgather_algo(NULL, count, FLX_FLOAT32) != FLX_ALGO_AUTO)
         return mp_fail(rank, "flx_allgather_predict or _algo accepted a bad argument");
@@ -570,13 +576,13 @@ static int body_model_refresh(flx_comm_h comm, int rank, int size, void *arg)
         return mp_fail(rank, "allgather predictions: ring %g us (started at %g), Bruck %g us "
                        "(started at %g), pick %g", mine[5] * 1e6, ag0[0] * 1e6, mine[6] * 1e6,
                        ag0[1] * 1e6, mine[7]);
-    if (size <= 8 && (st = flx_allgather(comm, mine, betas, 8, FLX_FLOAT64, FLX_ALGO_AUTO)) != FLX_OK)
+    if (size <= 8 && (st = flx_allgather(comm, mine, betas, 9, FLX_FLOAT64, FLX_ALGO_AUTO)) != FLX_OK)
         return mp_fail(rank, "allgather of the models: %s", flx_status_string(st));
     for (int r = 0; r < size && size <= 8; r++)
-        for (int k = 0; k < 8; k++)
-            if (betas[8 * r + k] != mine[k])
+        for (int k = 0; k < 9; k++)
+            if (betas[9 * r + k] != mine[k])
                 return mp_fail(rank, "rank %d holds model value %d = %g, I hold %g", r, k,
-                               betas[8 * r + k], mine[k]);
+                               betas[9 * r + k], mine[k]);
     free(buf);
     free(all);
     return 0;
@@ -719,9 +725,9 @@ START_TEST(test_model_late_rank)
 }
 END_TEST
 
-/* Recursive doubling in many chunks (arg: chunk size): more than its
- * window of 8, and a last partial one, for each dtype, sum and max, in and
- * out of place.  Element i of rank r is i % 13 + r: 13 does not divide a
+/* Recursive doubling and halving-doubling in many chunks (arg: chunk
+ * size): more than their window of 8 in a step, and a last partial one, for
+ * each dtype, sum and max, in and out of place.  Element i of rank r is i % 13 + r: 13 does not divide a
  * chunk, so a chunk reduced from the wrong slot or offset shows. */
 static int body_rd_chunks(flx_comm_h comm, int rank, int size, void *arg)
 {
@@ -734,23 +740,25 @@ static int body_rd_chunks(flx_comm_h comm, int rank, int size, void *arg)
 
         if (buf == NULL || out == NULL)
             return mp_fail(rank, "out of memory");
-        for (int k = 0; k < 2; k++) {
-            flx_op_t op = k ? FLX_MAX : FLX_SUM;
+        for (int k = 0; k < 4; k++) {
+            flx_op_t op = k % 2 ? FLX_MAX : FLX_SUM;
+            flx_algo_t algo = k < 2 ? FLX_ALGO_RD : FLX_ALGO_HD;
+            char *res = k % 2 ? buf : out;
             flx_status_t st;
 
             for (size_t i = 0; i < count; i++)
                 put(buf, i, dt, (double)(i % 13 + (size_t)rank));
-            st = flx_allreduce(comm, buf, k ? buf : out, count, dt, op, FLX_ALGO_RD);
+            st = flx_allreduce(comm, buf, res, count, dt, op, algo);
             if (st != FLX_OK)
-                return mp_fail(rank, "rd %s %s: %s", flx_dtype_name(dt), flx_op_name(op),
-                               flx_status_string(st));
+                return mp_fail(rank, "%s %s %s: %s", flx_algo_name(algo), flx_dtype_name(dt),
+                               flx_op_name(op), flx_status_string(st));
             for (size_t i = 0; i < count; i++) {
-                double v = (double)(i % 13), got = get(k ? buf : out, i, dt);
-                double want = k ? v + size - 1 : size * v + size * (size - 1) / 2.0;
+                double v = (double)(i % 13), got = get(res, i, dt);
+                double want = k % 2 ? v + size - 1 : size * v + size * (size - 1) / 2.0;
                 if (got != want)
-                    return mp_fail(rank, "rd %s %s, %zu elements in chunks of %zu B: [%zu] = "
-                                   "%g, want %g", flx_dtype_name(dt), flx_op_name(op), count,
-                                   chunk, i, got, want);
+                    return mp_fail(rank, "%s %s %s, %zu elements in chunks of %zu B: [%zu] = "
+                                   "%g, want %g", flx_algo_name(algo), flx_dtype_name(dt),
+                                   flx_op_name(op), count, chunk, i, got, want);
             }
         }
         free(buf);
@@ -760,7 +768,7 @@ static int body_rd_chunks(flx_comm_h comm, int rank, int size, void *arg)
 }
 
 /* Each broadcast algorithm on its own (FLX_ALGO: rd = binomial, ring =
- * chain), and recursive doubling, in 16 KiB chunks, so that the large size
+ * chain), and recursive doubling and halving-doubling, in 16 KiB chunks, so that the large size
  * is many chunks, more than either pipeline's window of 8 (19 even with
  * the ib suite's 300000-byte FLX_TEST_BIG_BYTES), through every level of
  * the tree. */

@@ -375,6 +375,8 @@ START_TEST(test_config_set)
     ck_assert_uint_eq(cfg.ib_stage_size, 64u << 20);
     ck_assert_int_eq(flx_config_set(&cfg, "IB_STAGE_SIZE", "67108865"), FLX_ERR_CONFIG);
     ck_assert_uint_eq(cfg.ib_stage_size, 64u << 20);
+    ck_assert_int_eq(flx_config_set(&cfg, "ALGO", "hd"), FLX_OK);
+    ck_assert_int_eq(cfg.algo, FLX_ALGO_HD);
     ck_assert_int_eq(flx_config_set(&cfg, "ALGO", "rd"), FLX_OK);
     ck_assert_int_eq(cfg.algo, FLX_ALGO_RD);
     ck_assert_int_eq(flx_config_set(&cfg, "ALGO", "fast"), FLX_ERR_CONFIG);
@@ -424,7 +426,7 @@ START_TEST(test_config_print)
     /* help text and choices */
     ck_assert_ptr_nonnull(strstr(text, "# a collective that makes no progress for this long"));
     ck_assert_ptr_nonnull(strstr(text, "# collective algorithm: auto|ring|tree|rd"));
-    ck_assert_ptr_nonnull(strstr(text, "# choices: auto ring tree rd\n"));
+    ck_assert_ptr_nonnull(strstr(text, "# choices: auto ring tree rd hd\n"));
     ck_assert_ptr_nonnull(strstr(text, "# choices: auto tcp ib\n"));
     ck_assert_ptr_nonnull(strstr(text, "# pipeline chunk"));
     free(text);

@@ -711,6 +711,7 @@ START_TEST(test_names_sizes)
     ck_assert_str_eq(flx_algo_name(FLX_ALGO_RING), "ring");
     ck_assert_str_eq(flx_algo_name(FLX_ALGO_TREE), "tree");
     ck_assert_str_eq(flx_algo_name(FLX_ALGO_RD), "rd");
+    ck_assert_str_eq(flx_algo_name(FLX_ALGO_HD), "hd");
     ck_assert_str_eq(flx_algo_name(FLX_ALGO_COUNT), "invalid");
 }
 END_TEST

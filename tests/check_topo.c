@@ -447,7 +447,9 @@ END_TEST
 /* ---------------------------------------------------------------------- */
 
 static const double ALPHA = 20e-6, BETA = 1e9, CHUNK = 256 * 1024;
-static const flx_algo_t ALLREDUCE_ALGOS[] = {FLX_ALGO_RING, FLX_ALGO_TREE, FLX_ALGO_RD};
+static const flx_algo_t ALLREDUCE_ALGOS[] = {FLX_ALGO_RING, FLX_ALGO_TREE, FLX_ALGO_RD,
+                                             FLX_ALGO_HD};
+#define NALGOS_AR (sizeof(ALLREDUCE_ALGOS) / sizeof(ALLREDUCE_ALGOS[0]))
 
 START_TEST(test_model_ring_formula)
 {
@@ -501,7 +503,21 @@ START_TEST(test_model_tree_rd_formula)
         ck_assert_time_eq(model_allreduce_time(FLX_ALGO_RD, n, s, ALPHA, BETA, CHUNK),
                           (lg + (p != n ? 2 : 0)) * (ALPHA + s / BETA) +
                               (lg + (p != n ? 1 : 0)) * c / 1e10);
+        ck_assert_time_eq(model_allreduce_time(FLX_ALGO_HD, n, s, ALPHA, BETA, CHUNK),
+                          (2 * lg + (p != n ? 2 : 0)) * ALPHA +
+                              (2.0 * (p - 1) / p + (p != n ? 2 : 0)) * s / BETA +
+                              (lg + (p != n ? 1 : 0)) * c / 1e10);
     }
+    /* hd by hand: 2 log2 p alpha + 2(p-1)/p S/beta + log2 p min(c, S/2)/gamma,
+     * the pairs' two steps of S where N != p.  N=4, S=1e6: 4e-5 + 1.5e-3 +
+     * 2 * 2.62144e-5; N=5: 6e-5 + 3.5e-3 + 3 * 2.62144e-5; N=2, S=1e5 (c =
+     * S/2): 2e-5 + 1e-4 + 5e-6 */
+    ck_assert_time_eq(model_allreduce_time(FLX_ALGO_HD, 4, 1e6, 1e-5, 1e9, CHUNK),
+                      4e-5 + 1.5e-3 + 2 * 2.62144e-5);
+    ck_assert_time_eq(model_allreduce_time(FLX_ALGO_HD, 5, 1e6, 1e-5, 1e9, CHUNK),
+                      6e-5 + 3.5e-3 + 3 * 2.62144e-5);
+    ck_assert_time_eq(model_allreduce_time(FLX_ALGO_HD, 2, 1e5, 1e-5, 1e9, CHUNK),
+                      2e-5 + 1e-4 + 5e-6);
 }
 END_TEST
 
@@ -510,7 +526,7 @@ START_TEST(test_model_n1_zero)
     static const double sizes[] = {0, 1, 1e6, 1e9};
 
     for (size_t j = 0; j < sizeof(sizes) / sizeof(sizes[0]); j++) {
-        for (size_t a = 0; a < 3; a++)
+        for (size_t a = 0; a < NALGOS_AR; a++)
             ck_assert(model_allreduce_time(ALLREDUCE_ALGOS[a], 1, sizes[j], ALPHA, BETA, CHUNK) == 0);
         ck_assert(model_allgather_time(FLX_ALGO_RING, 1, sizes[j], ALPHA, BETA) == 0);
         ck_assert(model_allgather_time(FLX_ALGO_RD, 1, sizes[j], ALPHA, BETA) == 0);
@@ -526,7 +542,7 @@ START_TEST(test_model_fit_per_algorithm)
 {
     model_ab_t truth = {3.5e-5, 1.0 / 4e8}, got = {0, 0}, ar[MODEL_NAR];
 
-    for (size_t a = 0; a < 3; a++) {
+    for (size_t a = 0; a < NALGOS_AR; a++) {
         for (int n = 2; n <= 9; n++) {
             double sm[4], lg[4];
 
@@ -633,6 +649,10 @@ START_TEST(test_model_explore)
 
     for (int i = 0; i < MODEL_NAR; i++)
         ar[i] = (model_ab_t){ALPHA, 1.0 / BETA};
+    /* with the same constants hd is the runner-up on 4 ranks at 64 MiB */
+    ck_assert_int_eq(model_pick_allreduce_explore(4, s, ar, CHUNK, MODEL_EXPLORE - 1, NULL),
+                     FLX_ALGO_HD);
+    ar[FLX_ALGO_HD - FLX_ALGO_RING].inv_bw = 3.0 / BETA; /* 4.5 S/beta: out of the race */
     /* 64 MiB on 4 ranks: the ring is best (1.5 S/beta), rd (2 S/beta) the
      * runner-up, within 2x, the tree (3 S/beta) last */
     ck_assert_int_eq(model_pick_allreduce_ab(4, s, ar, CHUNK), FLX_ALGO_RING);
@@ -651,7 +671,7 @@ START_TEST(test_model_explore)
     /* only at sizes the runner-up has run at: rd up to 16 MiB, so not at
      * 64 MiB; up to 64 MiB, so there too */
     {
-        double ran[MODEL_NAR] = {s, s, 16.0 * (1 << 20)};
+        double ran[MODEL_NAR] = {s, s, 16.0 * (1 << 20), s};
         for (unsigned long call = 0; call < 2 * MODEL_EXPLORE; call++)
             ck_assert_int_eq(model_pick_allreduce_explore(4, s, ar, CHUNK, call, ran),
                              FLX_ALGO_RING);
@@ -672,6 +692,14 @@ START_TEST(test_model_explore)
     ar[FLX_ALGO_TREE - FLX_ALGO_RING] = (model_ab_t){ALPHA / 100, 0.01 / BETA};
     for (unsigned long call = 0; call < 2 * MODEL_EXPLORE; call++)
         ck_assert_int_ne(model_pick_allreduce_explore(2, 8, ar, CHUNK, call, NULL), FLX_ALGO_TREE);
+    /* ... nor hd, at any size, however cheap its fit */
+    ar[FLX_ALGO_HD - FLX_ALGO_RING] = (model_ab_t){ALPHA / 100, 0.01 / BETA};
+    for (double b = 8; b <= 1e9; b *= 7.1)
+        for (unsigned long call = 0; call < 2 * MODEL_EXPLORE; call++)
+            ck_assert_int_ne(model_pick_allreduce_explore(2, b, ar, CHUNK, call, NULL),
+                             FLX_ALGO_HD);
+    ar[FLX_ALGO_TREE - FLX_ALGO_RING] = (model_ab_t){ALPHA, 1.0 / BETA};
+    ck_assert_int_eq(model_pick_allreduce_explore(4, 1e6, ar, CHUNK, 0, NULL), FLX_ALGO_HD);
 }
 END_TEST
 
@@ -682,20 +710,29 @@ START_TEST(test_model_pick_allreduce)
     ck_assert_int_eq(model_pick_allreduce(8, 8, ALPHA, BETA, CHUNK), FLX_ALGO_RD);
     ck_assert_int_ne(model_pick_allreduce(8, 4, ALPHA, BETA, CHUNK), FLX_ALGO_RING);
     ck_assert_int_ne(model_pick_allreduce(16, 1024, ALPHA, BETA, CHUNK), FLX_ALGO_RING);
-    /* 64 MiB: bandwidth dominates, ring moves 2(N-1)/N S */
-    ck_assert_int_eq(model_pick_allreduce(8, 64.0 * (1 << 20), ALPHA, BETA, CHUNK), FLX_ALGO_RING);
+    /* 64 MiB: bandwidth dominates, ring and hd move 2(N-1)/N S; hd in
+     * 2 log2 N steps where N is a power of two (its unhidden reductions,
+     * 3 chunks on 8 ranks, 79 us, cost less than the ring's 8 more alpha,
+     * 160 us), the ring where not (hd's pairs move 2 S more) */
+    ck_assert_int_eq(model_pick_allreduce(8, 64.0 * (1 << 20), ALPHA, BETA, CHUNK), FLX_ALGO_HD);
     ck_assert_int_eq(model_pick_allreduce(5, 64.0 * (1 << 20), ALPHA, BETA, CHUNK), FLX_ALGO_RING);
-    ck_assert_int_eq(model_pick_allreduce(32, 64.0 * (1 << 20), ALPHA, BETA, CHUNK), FLX_ALGO_RING);
-    /* the pick is always the argmin of the three times */
+    ck_assert_int_eq(model_pick_allreduce(32, 64.0 * (1 << 20), ALPHA, BETA, CHUNK), FLX_ALGO_HD);
+    /* 4 ranks: the 2 alpha hd saves (40 us) are less than its 2 chunks (52 us) */
+    ck_assert_int_eq(model_pick_allreduce(4, 64.0 * (1 << 20), ALPHA, BETA, CHUNK), FLX_ALGO_RING);
+    /* the pick is always the argmin of the times */
     for (int n = 2; n <= MAX_N; n++) {
         for (double s = 1; s <= 1e9; s *= 3.7) {
             flx_algo_t pick = model_pick_allreduce(n, s, ALPHA, BETA, CHUNK);
             double tp = model_allreduce_time(pick, n, s, ALPHA, BETA, CHUNK);
-            ck_assert(pick == FLX_ALGO_RING || pick == FLX_ALGO_TREE || pick == FLX_ALGO_RD);
-            for (size_t a = 0; a < 3; a++)
+            ck_assert(pick == FLX_ALGO_RING || pick == FLX_ALGO_TREE || pick == FLX_ALGO_RD ||
+                      (pick == FLX_ALGO_HD && n > 2));
+            for (size_t a = 0; a < NALGOS_AR; a++) {
+                if (n == 2 && ALLREDUCE_ALGOS[a] == FLX_ALGO_HD)
+                    continue; /* never picked on 2 ranks (the ring's pipeline) */
                 ck_assert_msg(tp <= model_allreduce_time(ALLREDUCE_ALGOS[a], n, s, ALPHA, BETA, CHUNK),
                               "N=%d S=%g: picked %d but %d is faster", n, s, pick,
                               ALLREDUCE_ALGOS[a]);
+            }
         }
     }
 }
@@ -704,10 +741,10 @@ END_TEST
 START_TEST(test_model_monotonic)
 {
     for (int n = 2; n <= MAX_N; n++) {
-        double prev_ar[3] = {0, 0, 0}, prev_ag[2] = {0, 0}, prev_bc[2] = {0, 0};
+        double prev_ar[NALGOS_AR] = {0}, prev_ag[2] = {0, 0}, prev_bc[2] = {0, 0};
 
         for (double s = 0; s <= 4e9; s = s < 1 ? 1 : s * 1.5) {
-            for (size_t a = 0; a < 3; a++) {
+            for (size_t a = 0; a < NALGOS_AR; a++) {
                 double t = model_allreduce_time(ALLREDUCE_ALGOS[a], n, s, ALPHA, BETA, CHUNK);
                 ck_assert_msg(t >= prev_ar[a], "allreduce algo %d N=%d: time drops at S=%g",
                               ALLREDUCE_ALGOS[a], n, s);

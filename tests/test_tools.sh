@@ -75,14 +75,16 @@ rm -f "$res.old"
 rm -f "$res"
 
 # bench-select's table on loopback, both collectives: a row per size with a
-# choice the collective has, its summary lines; the allgather has no tree
+# choice the collective has, its summary lines; the allgather has no tree or hd
 bs=$(mktemp -d)
 for c in allreduce allgather; do
     out=$(bash "$src/scripts/bench-select.sh" -c $c -n 2 -b 1k -e 8k -i 3 -w 1 -B "$top" -o "$bs" \
           loopback 2>&1) || fail "bench-select -c $c: $out"
     echo "$out" | awk -v c=$c '
-        $1 ~ /^[0-9]+K$/ { rows++; if (!($6 == "ring" || $6 == "rd" || (c == "allreduce" && $6 == "tree")) ||
-                                     (c == "allgather" && $3 != "-") || !($8 > 0)) bad = 1 }
+        $1 ~ /^[0-9]+K$/ { rows++; if (!($7 == "ring" || $7 == "rd" ||
+                                           (c == "allreduce" && ($7 == "tree" || $7 == "hd"))) ||
+                                     (c == "allgather" && ($3 != "-" || $5 != "-")) ||
+                                     (c == "allreduce" && !($5 > 0)) || !($9 > 0)) bad = 1 }
         /^# auto\/best: worst/ { s1 = 1 } /^# pick\/best/ { s2 = 1 }
         END { exit !(rows == 4 && !bad && s1 && s2) }' || fail "bench-select -c $c table: $out"
 done

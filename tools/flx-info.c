@@ -113,18 +113,18 @@ static int calibrate(void)
     {
         /* each allreduce algorithm's fitted model, and what auto picks */
         static const size_t sizes[] = {8, 4096, 65536, 1 << 20, 16 << 20};
-        double pred[(sizeof(sizes) / sizeof(sizes[0]))][4];
+        double pred[(sizeof(sizes) / sizeof(sizes[0]))][FLX_ALGO_COUNT];
 
         for (size_t k = 0; k < (sizeof(sizes) / sizeof(sizes[0])); k++)
-            for (int a = 0; a < 4; a++)
+            for (int a = 0; a < FLX_ALGO_COUNT; a++)
                 pred[k][a] = flx_allreduce_predict(comm, sizes[k] / 4, FLX_FLOAT32, (flx_algo_t)a);
         if (rank == 0) {
             printf("# allreduce, predicted us (each algorithm's own fitted alpha and beta; "
                    "rd on 2 ranks: beta no higher than the ring's)\n");
-            printf("%10s %10s %10s %10s %6s\n", "bytes", "ring", "tree", "rd", "auto");
+            printf("%10s %10s %10s %10s %10s %6s\n", "bytes", "ring", "tree", "rd", "hd", "auto");
             for (size_t k = 0; k < (sizeof(sizes) / sizeof(sizes[0])); k++)
-                printf("%10zu %10.1f %10.1f %10.1f %6s\n", sizes[k], pred[k][1] * 1e6,
-                       pred[k][2] * 1e6, pred[k][3] * 1e6,
+                printf("%10zu %10.1f %10.1f %10.1f %10.1f %6s\n", sizes[k], pred[k][1] * 1e6,
+                       pred[k][2] * 1e6, pred[k][3] * 1e6, pred[k][4] * 1e6,
                        flx_algo_name(flx_allreduce_algo(comm, sizes[k] / 4, FLX_FLOAT32)));
         }
         /* the same for the allgather: about as many bytes gathered in all,
@@ -182,7 +182,7 @@ int main(int argc, char **argv)
     printf("# flexcoll %s\n", flx_version_string());
     printf("# build features: %s\n", flx_build_features());
     printf("# transports: tcp%s\n", strstr(flx_build_features(), "verbs") ? ", ib" : "");
-    printf("# collectives: allreduce (ring, tree, rd), allgather (ring, rd/Bruck), broadcast "
+    printf("# collectives: allreduce (ring, tree, rd, hd), allgather (ring, rd/Bruck), broadcast "
            "(binomial, chain), reduce_scatter (ring), barrier (dissemination)\n");
     printf("# dtypes: float double half bfloat16 int32 int64; ops: sum prod min max avg\n");
     printf("# compression (flx_gsync_*): ");

@@ -40,7 +40,7 @@ static const char *const soak_kind_names[] = {"allreduce", "allgather", "broadca
 static const char *const soak_dtype_names[] = {"float32", "float64", "float16", "bfloat16",
                                                "int32", "int64"};
 static const char *const soak_op_names[] = {"sum", "prod", "min", "max", "avg"};
-static const char *const soak_algo_names[] = {"auto", "ring", "tree", "rd"};
+static const char *const soak_algo_names[] = {"auto", "ring", "tree", "rd", "hd"};
 
 typedef struct {
     long iters;            /* --iters, 0 with --seconds: until the time is up */

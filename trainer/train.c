@@ -71,7 +71,7 @@ static void usage(FILE *out)
             "gradient sync:\n"
             "  --policy P         dense, topk-ag, artopk, powersgd, accordion, gravac,\n"
             "                     selsync or flex (default dense)\n"
-            "  --algo A           dense allreduce: auto|ring|tree|rd (default auto)\n"
+            "  --algo A           dense allreduce: auto|ring|tree|rd|hd (default auto)\n"
             "  --bucket BYTES     dense: bytes per overlapped allreduce (default 4M)\n"
             "  --kept C           topk-ag, artopk: kept fraction (default 0.01)\n"
             "  --leader L         artopk: star, var or vote (default star)\n"
@@ -204,6 +204,7 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
             else if (!strcmp(optarg, "ring")) o->sync.algo = FLX_ALGO_RING;
             else if (!strcmp(optarg, "tree")) o->sync.algo = FLX_ALGO_TREE;
             else if (!strcmp(optarg, "rd")) o->sync.algo = FLX_ALGO_RD;
+            else if (!strcmp(optarg, "hd")) o->sync.algo = FLX_ALGO_HD;
             else goto bad;
             break;
         case 'P': if ((p = policy_parse(optarg)) < 0) goto bad; o->sync.policy = (policy_t)p; break;

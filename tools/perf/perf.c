@@ -72,7 +72,7 @@ static const struct {
     {'c', "-c, --check 0|1          check results in a separate, untimed pass (default 1)"},
     {'d', "-d, --datatype TYPE      float, double, half, bfloat16, int32, int64 or all (default float)"},
     {'o', "-o, --op OP              sum, prod, min, max, avg or all (default sum)"},
-    {'a', "-a, --algo ALGO          auto, ring, tree, rd or all (each, then auto; default auto)"},
+    {'a', "-a, --algo ALGO          auto, ring, tree, rd, hd or all (each, then auto; default auto)"},
     {'r', "-r, --root RANK          root of the broadcast (default 0)"},
     {'z', "-z, --blocking 0|1       1: blocking calls; 0: non-blocking calls + flx_wait (default 1)"},
     {'C', "    --csv FILE           write one CSV row per size and placement to FILE"},
@@ -259,7 +259,7 @@ int perf_args_parse(perf_args_t *args, const char *prog, const char *accept,
                 goto err_value;
             break;
         case 'a':
-            what = "-a (auto, ring, tree, rd or all)";
+            what = "-a (auto, ring, tree, rd, hd or all)";
             args->all_algos = strcmp(optarg, "all") == 0;
             if (args->all_algos)
                 args->algo = FLX_ALGO_AUTO;
@@ -557,7 +557,7 @@ typedef struct {
     long wrong_rows;       /* measurements with wrong elements              */
     flx_link_model_t link; /* --model: the communicator's alpha and beta    */
     double chunk;          /* --model: FLX_CHUNK_SIZE in bytes              */
-    flx_algo_t algos[4];   /* algorithms run at each size (-a all: several) */
+    flx_algo_t algos[5];   /* algorithms run at each size (-a all: several) */
     int nalgos;
 } perf_engine_t;
 
@@ -635,7 +635,7 @@ static double perf_model_time(const perf_engine_t *eng, const perf_case_t *c, fl
     if (eng->coll->flags & PERF_COLL_ALLREDUCE)
         t = flx_allreduce_predict(eng->comm, c->count, c->dtype, algo);
     else if (eng->coll->flags & PERF_COLL_ALLGATHER)
-        t = algo == FLX_ALGO_TREE ? 0 : flx_allgather_predict(eng->comm, c->count, c->dtype, algo);
+        t = algo == FLX_ALGO_TREE || algo == FLX_ALGO_HD ? 0 : flx_allgather_predict(eng->comm, c->count, c->dtype, algo);
     else if (strcmp(eng->coll->coll_name, "broadcast") == 0 && algo != FLX_ALGO_RD)
         t = model_bcast_time(algo == FLX_ALGO_RING, eng->nranks, (double)c->recv_bytes, a, b,
                              eng->chunk);
@@ -765,7 +765,7 @@ static void perf_csv_header(perf_engine_t *eng)
     fprintf(eng->csv, "tool,coll,nranks,net,size,count,type,redop,root,algo,placement,"
                       "blocking,iters,warmup,time_us,algbw_gbs,busbw_gbs,wrong,"
                       "min_us,p50_us,p99_us%s%s\n",
-            eng->args.model ? ",pred_us,pred_ring_us,pred_tree_us,pred_rd_us" : "",
+            eng->args.model ? ",pred_us,pred_ring_us,pred_tree_us,pred_rd_us,pred_hd_us" : "",
             eng->args.all_algos ? ",algo_arg" : "");
 }
 
@@ -781,10 +781,11 @@ static void perf_csv_row(perf_engine_t *eng, const perf_case_t *c, const char *r
             eng->args.warmup, res->mean_s * 1e6, res->algbw, res->busbw,
             (long long)res->wrong, res->min_s * 1e6, res->p50_s * 1e6, res->p99_s * 1e6);
     if (eng->args.model)
-        fprintf(eng->csv, ",%.3f,%.3f,%.3f,%.3f", perf_model_pred(eng, c) * 1e6,
+        fprintf(eng->csv, ",%.3f,%.3f,%.3f,%.3f,%.3f", perf_model_pred(eng, c) * 1e6,
                 perf_model_time(eng, c, FLX_ALGO_RING) * 1e6,
                 perf_model_time(eng, c, FLX_ALGO_TREE) * 1e6,
-                perf_model_time(eng, c, FLX_ALGO_RD) * 1e6);
+                perf_model_time(eng, c, FLX_ALGO_RD) * 1e6,
+                perf_model_time(eng, c, FLX_ALGO_HD) * 1e6);
     if (eng->args.all_algos) /* what -a asked for; 'algo' says what ran */
         fprintf(eng->csv, ",%s", flx_algo_name(eng->args.algo));
     fputc('\n', eng->csv);
@@ -815,23 +816,25 @@ static void perf_print_columns(const perf_engine_t *eng)
            "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
            "algbw", "busbw", "#wrong", "min", "p50", "p99");
     if (m)
-        printf("  %5s  %7s  %6s  %7s  %7s  %7s", "algo", "pred", "err", "ring", "tree", "rd");
+        printf("  %5s  %7s  %6s  %7s  %7s  %7s  %7s", "algo", "pred", "err", "ring", "tree", "rd",
+               "hd");
     else if (eng->args.all_algos)
         printf("  %5s", "algo");
     printf("\n# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s  %7s  %7s  %7s",
            "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
            "(GB/s)", "", "(us)", "(us)", "(us)");
     if (m)
-        printf("  %5s  %7s  %6s  %7s  %7s  %7s", "", "(us)", "(%)", "(us)", "(us)", "(us)");
+        printf("  %5s  %7s  %6s  %7s  %7s  %7s  %7s", "", "(us)", "(%)", "(us)", "(us)", "(us)",
+               "(us)");
     printf("\n");
 }
 
-/* --model: "  algo  pred  err  ring  tree  rd" appended to row; err is
+/* --model: "  algo  pred  err  ring  tree  rd  hd" appended to row; err is
  * measured (out-of-place mean) against the prediction of the row's algorithm. */
 static void perf_format_model(const perf_engine_t *eng, const perf_case_t *c, char *row,
                               size_t len, const perf_result_t *res)
 {
-    static const flx_algo_t algos[] = {FLX_ALGO_RING, FLX_ALGO_TREE, FLX_ALGO_RD};
+    static const flx_algo_t algos[] = {FLX_ALGO_RING, FLX_ALGO_TREE, FLX_ALGO_RD, FLX_ALGO_HD};
     double pred = perf_model_pred(eng, c);
     size_t used = strlen(row);
     char t[32], e[32];
@@ -1029,7 +1032,8 @@ static int perf_engine_setup(perf_engine_t *eng)
     eng->rank = flx_comm_rank(eng->comm);
     eng->nranks = flx_comm_size(eng->comm);
     eng->blocking = eng->args.blocking || !(coll->flags & PERF_COLL_NONBLOCKING);
-    /* -a all: ring, tree (allreduce only), rd, then auto at every size; a
+    /* -a all: ring, tree (allreduce only), rd, hd (allreduce only), then
+     * auto at every size; a
      * tool without -a (broadcast) runs its one way */
     eng->nalgos = 0;
     if (eng->args.all_algos && (coll->flags & PERF_COLL_USES_ALGO)) {
@@ -1037,6 +1041,8 @@ static int perf_engine_setup(perf_engine_t *eng)
         if (coll->flags & PERF_COLL_ALLREDUCE)
             eng->algos[eng->nalgos++] = FLX_ALGO_TREE;
         eng->algos[eng->nalgos++] = FLX_ALGO_RD;
+        if (coll->flags & PERF_COLL_ALLREDUCE)
+            eng->algos[eng->nalgos++] = FLX_ALGO_HD;
     }
     eng->algos[eng->nalgos++] = eng->args.algo; /* -a, or auto after the others */
     if (eng->args.model) {
