@@ -34,7 +34,7 @@ static int code_of(flx_status_t st)
 
 /* ---- mismatches ----------------------------------------------------------- */
 
-typedef enum { MM_COUNT, MM_DTYPE, MM_KIND, MM_SKIP, MM_ALGO } mm_kind_t;
+typedef enum { MM_COUNT, MM_DTYPE, MM_KIND, MM_SKIP, MM_ALGO, MM_COUNT_HD, MM_ALGO_HD } mm_kind_t;
 
 static int body_mismatch(flx_comm_h comm, int rank, int size, void *arg)
 {
@@ -72,6 +72,14 @@ static int body_mismatch(flx_comm_h comm, int rank, int size, void *arg)
     case MM_ALGO:
         st = flx_allreduce(comm, buf, buf, 1000, FLX_FLOAT32, FLX_SUM,
                            rank == 1 ? FLX_ALGO_TREE : FLX_ALGO_RING);
+        break;
+    case MM_COUNT_HD: /* halving-doubling cuts blocks from the count: they differ too */
+        st = flx_allreduce(comm, buf, buf, rank == 1 ? 1000 : 2000, FLX_FLOAT32, FLX_SUM,
+                           FLX_ALGO_HD);
+        break;
+    case MM_ALGO_HD:
+        st = flx_allreduce(comm, buf, buf, 1000, FLX_FLOAT32, FLX_SUM,
+                           rank == 1 ? FLX_ALGO_HD : FLX_ALGO_RD);
         break;
     }
     /* found by the mismatch check, not by FLX_TIMEOUT (20 s here) */
@@ -1049,7 +1057,7 @@ int main(void)
     int failed;
 
     tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, test_mismatch, MM_COUNT, MM_ALGO + 1);
+    tcase_add_loop_test(tc, test_mismatch, MM_COUNT, MM_ALGO_HD + 1);
     tcase_add_test(tc, test_skipped_buffered);
     tcase_add_loop_test(tc, test_zero_count, 0, 24);
     suite_add_tcase(s, tc);

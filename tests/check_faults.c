@@ -447,11 +447,12 @@ static void *blocked_allreduce(void *arg)
 /* rank 1 never joins the large allreduce; rank 0 aborts (case 0: a blocked
  * flx_allreduce in another thread, case 1: running and queued requests,
  * case 2: case 0 with recursive doubling, whose chunk requests live on the
- * algorithm's stack: the abort must fail the transport before it returns) */
+ * algorithm's stack: the abort must fail the transport before it returns;
+ * case 3: the same with halving-doubling, whose requests live there too) */
 static int raw_abort(int rank, int size, const char *root, void *arg)
 {
     int mode = *(int *)arg;
-    flx_algo_t algo = mode == 2 ? FLX_ALGO_RD : FLX_ALGO_RING;
+    flx_algo_t algo = mode == 2 ? FLX_ALGO_RD : mode == 3 ? FLX_ALGO_HD : FLX_ALGO_RING;
     size_t n = (size_t)1 << 22; /* 16 MiB */
     float *buf = calloc(n, sizeof(float)), one = 1;
     blocked_call_t bc = {0};
@@ -828,7 +829,7 @@ int main(void)
     int failed;
 
     tcase_add_test(fault_case(s, "abort_single"), test_abort_single_rank);
-    tcase_add_loop_test(fault_case(s, "abort"), test_abort, 0, 3);
+    tcase_add_loop_test(fault_case(s, "abort"), test_abort, 0, 4);
     tcase_add_loop_test(fault_case(s, "abort_late"), test_abort_late, 0, 2);
     tcase_add_test(fault_case(s, "cut_message"), test_cut_message);
     tcase_add_test(fault_case(s, "abort_after_failure"), test_abort_after_failure);
