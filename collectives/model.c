@@ -439,10 +439,11 @@ static flx_status_t model_agree_live(flx_comm_h comm)
                  link.beta_bytes_per_s / 1e9, comm->model.beta_bytes_per_s / 1e9,
                  1.0 / ar[0].inv_bw / 1e9, 1.0 / comm->ar[0].inv_bw / 1e9);
     flx_debug(COLL, comm->rank, "live model agreed: alpha (us) / beta (GB/s): ring %.1f / %.3g, "
-              "tree %.1f / %.3g, rd %.1f / %.3g; allgather ring %.1f / %.3g, rd %.1f / %.3g",
+              "tree %.1f / %.3g, rd %.1f / %.3g, hd %.1f / %.3g; allgather ring %.1f / %.3g, "
+              "rd %.1f / %.3g",
               ar[0].alpha * 1e6, 1e-9 / ar[0].inv_bw, ar[1].alpha * 1e6, 1e-9 / ar[1].inv_bw,
-              ar[2].alpha * 1e6, 1e-9 / ar[2].inv_bw, ag[0].alpha * 1e6, 1e-9 / ag[0].inv_bw,
-              ag[1].alpha * 1e6, 1e-9 / ag[1].inv_bw);
+              ar[2].alpha * 1e6, 1e-9 / ar[2].inv_bw, ar[3].alpha * 1e6, 1e-9 / ar[3].inv_bw,
+              ag[0].alpha * 1e6, 1e-9 / ag[0].inv_bw, ag[1].alpha * 1e6, 1e-9 / ag[1].inv_bw);
     comm_set_model(comm, link, ar, ag);
     /* go on from the agreed values, within the bounds of the start */
     lv->link = (model_ab_t){link.alpha_s, 1.0 / link.beta_bytes_per_s};

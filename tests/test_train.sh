@@ -40,6 +40,11 @@ train 3 flex --weight 1 --interval 20 --min-gain 0
 grep -q ",flex,artopk,\|,flex,topk-ag," "$tmp/flex-3.csv" || fail "flex --min-gain 0 never compressed"
 # AR-Topk with the index set voted by every rank
 train 3 artopk --leader vote
+# dense over the halving-doubling allreduce: learns, and the log names it
+train 3 dense --algo hd
+grep -q ",dense,dense-hd," "$tmp/dense-3.csv" || fail "--algo hd: no dense-hd step in the log"
+grep -q ",dense,dense-ring,\|,dense,dense-rd,\|,dense,dense-tree," "$tmp/dense-3.csv" &&
+    fail "--algo hd: a step ran another allreduce"
 # top-k with momentum correction: each rank's velocity compressed, masked where sent;
 # it must change the run (same seed, same data: without it the runs are identical)
 mc_on=$(train 3 topk-ag --momentum-correction on) || { echo "$mc_on"; exit 1; }

@@ -6,7 +6,7 @@
  * Every rank draws the same sequence from one seed (rank 0's, broadcast
  * first): kind (allreduce, allgather, broadcast, reduce-scatter, barrier,
  * iallreduce), byte size log-uniform in [0, --max-bytes], dtype, op,
- * algorithm (auto, ring, tree, rd), in place or not, buffer misalignment of
+ * algorithm (auto, ring, tree, rd, hd), in place or not, buffer misalignment of
  * 0-3 elements, broadcast root.  Inputs are small integers, a function of
  * (seed, collective, rank, index), chosen per op so that every partial
  * result is exact in every dtype (bf16 included, in any order of

@@ -53,7 +53,7 @@ struct sync {
     int since_sync;
     int sync_now;
     /* summary since the last sync_summary */
-    long steps, by_coll[8];
+    long steps, by_coll[9];
     double kept_sum;
     long critical_steps;
 };
@@ -61,8 +61,9 @@ struct sync {
 static const char *const policy_names[POL_COUNT] = {
     "dense", "topk-ag", "artopk", "powersgd", "accordion", "gravac", "selsync", "flex"};
 
-static const char *const coll_names[8] = {"dense-ring", "dense-tree", "dense-rd", "artopk",
-                                          "topk-ag",    "powersgd",   "skip",     "dense"};
+static const char *const coll_names[9] = {"dense-ring", "dense-tree", "dense-rd", "dense-hd",
+                                          "artopk",     "topk-ag",    "powersgd", "skip",
+                                          "dense"};
 
 const char *policy_name(policy_t p) { return p < POL_COUNT ? policy_names[p] : "?"; }
 
@@ -76,10 +77,10 @@ int policy_parse(const char *name)
 
 static int coll_index(const char *name)
 {
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 9; i++)
         if (!strcmp(name, coll_names[i]))
             return i;
-    return 7;
+    return 8;
 }
 
 static const char *dense_name(flx_algo_t algo)
@@ -88,6 +89,7 @@ static const char *dense_name(flx_algo_t algo)
     case FLX_ALGO_RING: return "dense-ring";
     case FLX_ALGO_TREE: return "dense-tree";
     case FLX_ALGO_RD: return "dense-rd";
+    case FLX_ALGO_HD: return "dense-hd";
     default: return "dense";
     }
 }
@@ -437,7 +439,7 @@ void sync_summary(sync_t *s, char *buf, size_t len)
     buf[0] = 0;
     if (s->steps == 0)
         return;
-    for (int i = 0; i < 8 && used < len; i++)
+    for (int i = 0; i < 9 && used < len; i++)
         if (s->by_coll[i])
             used += (size_t)snprintf(buf + used, len - used, "%s%s %.0f%%", used ? ", " : "",
                                      coll_names[i], 100.0 * (double)s->by_coll[i] / (double)s->steps);

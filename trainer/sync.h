@@ -36,7 +36,7 @@ typedef struct {
 
 /* What one step's sync did. */
 typedef struct {
-    const char *collective; /* dense-ring, dense-tree, dense-rd, artopk,
+    const char *collective; /* dense-ring, dense-tree, dense-rd, dense-hd, artopk,
                                topk-ag, powersgd, skip                       */
     double kept;            /* kept fraction (1 dense, 0 skip)              */
     double bytes;           /* payload bytes this rank sent                 */

@@ -636,7 +636,8 @@ static double perf_model_time(const perf_engine_t *eng, const perf_case_t *c, fl
         t = flx_allreduce_predict(eng->comm, c->count, c->dtype, algo);
     else if (eng->coll->flags & PERF_COLL_ALLGATHER)
         t = algo == FLX_ALGO_TREE || algo == FLX_ALGO_HD ? 0 : flx_allgather_predict(eng->comm, c->count, c->dtype, algo);
-    else if (strcmp(eng->coll->coll_name, "broadcast") == 0 && algo != FLX_ALGO_RD)
+    else if (strcmp(eng->coll->coll_name, "broadcast") == 0 && algo != FLX_ALGO_RD &&
+             algo != FLX_ALGO_HD)
         t = model_bcast_time(algo == FLX_ALGO_RING, eng->nranks, (double)c->recv_bytes, a, b,
                              eng->chunk);
     return t < 1e29 ? t : 0; /* 1e30: no such algorithm for this collective */

@@ -46,8 +46,8 @@ typedef struct {
     int check;            /* -c 0|1, default 1                             */
     int blocking;         /* -z 0|1, default 1                             */
     int root;             /* -r, default 0                                 */
-    flx_algo_t algo;      /* -a auto|ring|tree|rd                          */
-    int all_algos;        /* -a all: ring, tree, rd, then auto             */
+    flx_algo_t algo;      /* -a auto|ring|tree|rd|hd                       */
+    int all_algos;        /* -a all: ring, tree, rd, hd, then auto         */
     unsigned dtypes;      /* -d: bit (1u << flx_dtype_t) per type to run   */
     unsigned ops;         /* -o: bit (1u << flx_op_t) per operator to run  */
     const char *csv_path; /* --csv FILE, NULL for none                     */
