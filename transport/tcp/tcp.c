@@ -176,9 +176,9 @@ static flx_status_t tcp_error(tl_ctx_t *ctx) { return ctx->err; }
 
 /* ---- sending ------------------------------------------------------------- */
 
-/* Write as much of the queue as the socket takes.  0 ok, -1 failed. */
 static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c);
 
+/* Write as much of the queue as the socket takes.  0 ok, -1 failed. */
 static int conn_send_progress(tl_ctx_t *ctx, tcp_conn_t *c)
 {
     while (c->sq_head) {
