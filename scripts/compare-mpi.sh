@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# compare-mpi.sh -- flexcoll against Open MPI on this host, over loopback only.
+# compare-mpi.sh -- flexcoll against Open MPI (or Gloo, -B gloo) on this host,
+# over loopback only.
 #
 #   scripts/compare-mpi.sh [options] [BUILD_DIR]
 #
@@ -27,6 +28,14 @@
 # out-of-band channel to lo); flexcoll ranks rendezvous at 127.0.0.1 (flxrun)
 # and listen on lo (FLX_SOCKET_IFNAME=lo).  --bind-to none: the ranks may
 # outnumber the cores.
+#
+# -B gloo compares with Gloo (Debian's libgloo-dev) instead: the script builds
+# scripts/gloo-coll-bench.cc with g++ and starts its ranks with flxrun (they
+# rendezvous through Gloo's FileStore in a fresh directory of each run); Gloo's
+# tcp device on lo.  By default that bench runs every Gloo algorithm in both of
+# Gloo's pair modes (async, sync with busy polling) at each size and reports
+# the fastest; -G passes it other options (-G "-a ring -m async": what
+# PyTorch's ProcessGroupGloo calls).
 set -euo pipefail
 
 prog=${0##*/}
@@ -34,10 +43,12 @@ script_dir=$(cd "$(dirname "$0")" && pwd)
 
 usage() {
     cat <<EOF
-usage: $prog [-r REPS] [-N "2 4"] [-b MIN] [-e MAX] [-n ITERS] [-w WARMUP]
-             [-c 0|1] [-s mean|p50] [-k LOGDIR] [-t SECONDS] [BUILD_DIR]
+usage: $prog [-B mpi|gloo] [-G "GLOO OPTS"] [-r REPS] [-N "2 4"] [-b MIN] [-e MAX]
+             [-n ITERS] [-w WARMUP] [-c 0|1] [-s mean|p50] [-k LOGDIR] [-t SECONDS] [BUILD_DIR]
        $prog [-s mean|p50] -R RESULTS  (the report again, from a results.txt kept with -k)
   BUILD_DIR  where flxrun and flx-*-perf are (default: \$FLX_BUILD or .)
+  -B BASE    what flexcoll is compared with: mpi (Open MPI, default) or gloo
+  -G OPTS    more options for gloo-coll-bench (-a ALGO, -m async|sync|both; loopback only)
   -r REPS    repetitions of each run, alternating flexcoll and MPI (default 5)
   -N LIST    rank counts (default "2 4")
   -b MIN     smallest size (default 4)         -e MAX  largest size (default 64M)
@@ -61,8 +72,12 @@ keep=""
 limit=900
 report_only=""
 stat=mean
-while getopts ":r:N:b:e:n:w:c:k:t:R:s:h" opt; do
+base=mpi
+gloo_opts=""
+while getopts ":B:G:r:N:b:e:n:w:c:k:t:R:s:h" opt; do
     case $opt in
+    B) base=$OPTARG ;;
+    G) gloo_opts=$OPTARG ;;
     r) reps=$OPTARG ;;
     N) nlist=$OPTARG ;;
     b) minb=$OPTARG ;;
@@ -90,6 +105,15 @@ case $reps in '' | *[!0-9]* | 0) echo "$prog: -r needs a positive integer" >&2; 
 for n in $nlist; do
     case $n in '' | *[!0-9]* | 0 | 1) echo "$prog: -N needs rank counts >= 2" >&2; exit 2 ;; esac
 done
+case $base in
+mpi | gloo) ;;
+*) echo "$prog: -B takes mpi or gloo, not '$base'" >&2; exit 2 ;;
+esac
+if [ -n "$gloo_opts" ] && [ "$base" != gloo ]; then
+    echo "$prog: -G is for -B gloo" >&2
+    exit 2
+fi
+read -r -a gopts <<<"$gloo_opts" # words, never globbed
 case $stat in
 mean) statcol=6 ;;
 p50) statcol=9 ;;
@@ -99,15 +123,18 @@ esac
 # ---- report -------------------------------------------------------------------
 # report RESULTS: one table per collective and N from the rows
 #   impl coll n rep size time_us busbw wrong p50_us
+# (impl: flexcoll, or the baseline: mpi or gloo)
 report() {
-    local res=$1 coll n
+    local res=$1 coll n label
+    label=$(awk '$1 != "flexcoll" { print ($1 == "gloo" ? "Gloo" : "MPI"); exit }' "$res")
+    label=${label:-MPI}
     if [ "$statcol" = 9 ] && awk 'NF < 9 { old = 1; exit } END { exit !old }' "$res"; then
         echo "$prog: error: $res has no p50 column (kept by an older version); use -s mean" >&2
         exit 1
     fi
     for coll in allreduce allgather; do
         for n in $(awk -v c="$coll" '$2 == c { print $3 }' "$res" | sort -n | uniq); do
-            awk -v coll="$coll" -v n="$n" -v col="$statcol" '
+            awk -v coll="$coll" -v n="$n" -v col="$statcol" -v L="$label" -v bk="${label,,}" '
             function median(list,    v, k, i, j, t) {
                 k = split(list, v, " ")
                 for (i = 2; i <= k; i++) {            # insertion sort, k is small
@@ -127,12 +154,12 @@ report() {
                 factor = coll == "allreduce" ? 2 * (n - 1) / n : (n - 1) / n
                 what = coll == "allreduce" ? "allreduce (float, sum)" : "allgather (float; size = gathered total)"
                 printf "\n== %s, N=%d ==\n", what, n
-                printf "%12s  %14s  %14s  %8s  %10s  %10s\n", "size (B)", "flexcoll (us)", "MPI (us)",
-                       "MPI/flx", "flx busbw", "MPI busbw"
+                printf "%12s  %14s  %14s  %8s  %10s  %10s\n", "size (B)", "flexcoll (us)", L " (us)",
+                       L "/flx", "flx busbw", L " busbw"
                 lat_f = lat_m = -1; sf = sm = nb = 0; behind = ""; nbehind = 0
                 for (i = 1; i <= ns; i++) {
                     s = sizes[i]
-                    f = median(t["flexcoll", s]); m = median(t["mpi", s])
+                    f = median(t["flexcoll", s]); m = median(t[bk, s])
                     bf = f > 0 ? factor * s / f / 1e3 : 0        # bytes/us/1e3 = GB/s
                     bm = m > 0 ? factor * s / m / 1e3 : 0
                     fs = f > 0 ? sprintf("%.2f", f) : "n/a"; fb = f > 0 ? sprintf("%.3f", bf) : "n/a"
@@ -144,18 +171,18 @@ report() {
                     if (s >= 1048576 && s <= 67108864 && f > 0 && m > 0) { sf += bf; sm += bm; nb++ }
                 }
                 if (lat_f > 0 && lat_m > 0)
-                    printf "4 KiB latency      : flexcoll %.2f us, MPI %.2f us, MPI/flexcoll %.2f\n",
-                           lat_f, lat_m, lat_m / lat_f
+                    printf "4 KiB latency      : flexcoll %.2f us, %s %.2f us, %s/flexcoll %.2f\n",
+                           lat_f, L, lat_m, L, lat_m / lat_f
                 else
                     printf "4 KiB latency      : no 4096-byte row\n"
                 if (nb > 0)
-                    printf "1-64 MiB busbw     : flexcoll %.3f GB/s, MPI %.3f GB/s (mean over %d sizes), flexcoll/MPI %.2f\n",
-                           sf / nb, sm / nb, nb, (sm > 0 ? sf / sm : 0)
+                    printf "1-64 MiB busbw     : flexcoll %.3f GB/s, %s %.3f GB/s (mean over %d sizes), flexcoll/%s %.2f\n",
+                           sf / nb, L, sm / nb, nb, L, (sm > 0 ? sf / sm : 0)
                 else
                     printf "1-64 MiB busbw     : no rows between 1 and 64 MiB\n"
                 printf "flexcoll behind at : %d of %d sizes%s\n", nbehind, ns, behind
-                if (bad["flexcoll"] || bad["mpi"])
-                    printf "WARNING: rows with wrong elements: flexcoll %d, MPI %d\n", bad["flexcoll"], bad["mpi"]
+                if (bad["flexcoll"] || bad[bk])
+                    printf "WARNING: rows with wrong elements: flexcoll %d, %s %d\n", bad["flexcoll"], L, bad[bk]
             }' "$res"
         done
     done
@@ -167,19 +194,24 @@ if [ -n "$report_only" ]; then
         exit 1
     fi
     echo "# report from $report_only: a run's time = the $stat of its iterations, median over the repetitions per size;"
-    echo "# ratio = MPI time / flexcoll time (> 1: flexcoll faster); busbw from the median times (GB/s)"
+    echo "# ratio = baseline time / flexcoll time (> 1: flexcoll faster); busbw from the median times (GB/s)"
     report "$report_only"
     exit 0
 fi
 
 # ---- prerequisites ------------------------------------------------------------
-for tool in mpicc mpirun; do
-    if ! command -v "$tool" >/dev/null 2>&1; then
-        echo "$prog: error: $tool not found in PATH; install Open MPI" \
-             "(Debian: apt-get install openmpi-bin libopenmpi-dev)" >&2
-        exit 1
-    fi
-done
+if [ "$base" = mpi ]; then
+    for tool in mpicc mpirun; do
+        if ! command -v "$tool" >/dev/null 2>&1; then
+            echo "$prog: error: $tool not found in PATH; install Open MPI" \
+                 "(Debian: apt-get install openmpi-bin libopenmpi-dev)" >&2
+            exit 1
+        fi
+    done
+elif ! command -v g++ >/dev/null 2>&1; then
+    echo "$prog: error: -B gloo needs g++ and Gloo (Debian: apt-get install g++ libgloo-dev)" >&2
+    exit 1
+fi
 if [ ! -d "$build" ]; then
     echo "$prog: error: build directory '$build' does not exist" >&2
     exit 1
@@ -193,12 +225,13 @@ for f in flxrun flx-allreduce-perf flx-allgather-perf; do
     fi
 done
 src=$script_dir/mpi-coll-bench.c
+[ "$base" = gloo ] && src=$script_dir/gloo-coll-bench.cc
 if [ ! -r "$src" ]; then
     echo "$prog: error: $src not found" >&2
     exit 1
 fi
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/flx-compare-mpi.XXXXXX")
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/flx-compare-$base.XXXXXX")
 cleanup() { rm -rf "$tmp"; }
 trap cleanup EXIT
 logdir=${keep:-$tmp/logs}
@@ -206,17 +239,28 @@ mkdir -p "$logdir"
 results=$tmp/results.txt
 : >"$results"
 
-echo "# building mpi-coll-bench with $(command -v mpicc)" >&2
-if ! mpicc -O2 -o "$tmp/mpi-coll-bench" "$src" -lm 2>"$tmp/mpicc.log"; then
-    echo "$prog: error: mpicc failed:" >&2
-    cat "$tmp/mpicc.log" >&2
+if [ "$base" = mpi ]; then
+    echo "# building mpi-coll-bench with $(command -v mpicc)" >&2
+    bcmd=(mpicc -O2 -o "$tmp/mpi-coll-bench" "$src" -lm)
+    base_name=$(mpirun --version 2>&1 | head -n 1)
+else
+    echo "# building gloo-coll-bench with $(command -v g++)" >&2
+    bcmd=(g++ -O3 -std=c++17 -o "$tmp/gloo-coll-bench" "$src" -lgloo -lpthread)
+    base_name="Gloo $(dpkg-query -W -f '${Version}' libgloo-dev 2>/dev/null || echo '(version unknown)')"
+    base_name+=" (gloo-coll-bench ${gloo_opts:-best of every algorithm and pair mode})"
+fi
+if ! "${bcmd[@]}" 2>"$tmp/build.log"; then
+    hint=""
+    [ "$base" = gloo ] && hint=" (is Gloo installed? Debian: apt-get install libgloo-dev)"
+    echo "$prog: error: ${bcmd[0]} failed$hint:" >&2
+    cat "$tmp/build.log" >&2
     exit 1
 fi
 
 sweep=(-b "$minb" -e "$maxb" -f 2 -n "$iters" -w "$warmup" -c "$check")
 
 # run_one IMPL COLL N REP: run one benchmark, append its rows to $results as
-#   impl coll n rep size time_us busbw wrong
+#   impl coll n rep size time_us busbw wrong p50_us [gloo's algorithm]
 run_one() {
     local impl=$1 coll=$2 n=$3 rep=$4
     local log=$logdir/$impl-$coll-n$n-rep$rep.log
@@ -226,6 +270,12 @@ run_one() {
     if [ "$impl" = flexcoll ]; then
         cmd=(env -u FLX_ROOT FLX_SOCKET_IFNAME=lo
              "$build/flxrun" -n "$n" -t "$limit" "$build/flx-$coll-perf" "${sweep[@]}")
+    elif [ "$impl" = gloo ]; then
+        # a fresh rendezvous directory per run: Gloo's FileStore keys must not exist yet
+        mkdir -p "$tmp/store-$coll-n$n-rep$rep"
+        cmd=(env -u FLX_ROOT GLOO_BENCH_STORE="$tmp/store-$coll-n$n-rep$rep"
+             "$build/flxrun" -n "$n" -t "$limit" "$tmp/gloo-coll-bench" "$coll" -I lo
+             ${gopts[@]+"${gopts[@]}"} "${sweep[@]}")
     else
         cmd=(timeout "$limit" mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$n"
              --mca pml ob1 --mca btl "tcp,self" --mca btl_tcp_if_include lo
@@ -244,9 +294,11 @@ run_one() {
     echo "$((t1 - t0)) s" >&2
     # flxrun prefixes each rank's lines with "[i] "; rows are the lines whose
     # first field is a number: size count type redop root time algbw busbw #wrong ...
+    # (gloo-coll-bench's 17th field names the algorithm that gave the row)
     sed 's/^\[[0-9]*\] //' "$log" |
         awk -v impl="$impl" -v coll="$coll" -v n="$n" -v rep="$rep" \
-            '$1 ~ /^[0-9]+$/ && NF >= 16 { print impl, coll, n, rep, $1, $6, $8, $9, $15 }' \
+            '$1 ~ /^[0-9]+$/ && NF >= 16 {
+                 print impl, coll, n, rep, $1, $6, $8, $9, $15 (impl == "gloo" ? " " $17 : "") }' \
             >>"$results"
     if ! grep -q '^# Out of bounds values : 0 OK' <(sed 's/^\[[0-9]*\] //' "$log"); then
         echo "$prog: warning: $impl $coll N=$n rep $rep reported wrong results (see $log)" >&2
@@ -259,9 +311,9 @@ for n in $nlist; do
             # alternate which one goes first, so neither always runs on a warmer machine
             if [ $((rep % 2)) -eq 1 ]; then
                 run_one flexcoll "$coll" "$n" "$rep"
-                run_one mpi "$coll" "$n" "$rep"
+                run_one "$base" "$coll" "$n" "$rep"
             else
-                run_one mpi "$coll" "$n" "$rep"
+                run_one "$base" "$coll" "$n" "$rep"
                 run_one flexcoll "$coll" "$n" "$rep"
             fi
         done
@@ -269,10 +321,10 @@ for n in $nlist; do
 done
 
 echo
-echo "# flexcoll ($build) vs $(mpirun --version 2>&1 | head -n 1) over loopback"
+echo "# flexcoll ($build) vs $base_name over loopback"
 echo "# float, out-of-place, $iters iterations after $warmup warm-up, a run's time = the $stat of its"
 echo "# iterations (slowest rank), median of $reps runs per size;"
-echo "# ratio = MPI time / flexcoll time (> 1: flexcoll faster); busbw from the median times (GB/s)"
+echo "# ratio = baseline time / flexcoll time (> 1: flexcoll faster); busbw from the median times (GB/s)"
 report "$results"
 if [ -n "$keep" ]; then
     cp "$results" "$logdir/results.txt"

@@ -13,27 +13,21 @@
  * slowest rank's of each.  -c 1 checks one call on exact data in an
  * untimed pass.  algbw = size / time (1e9 B/s); busbw = algbw * 2(n-1)/n
  * (allreduce), algbw * (n-1)/n (allgather).  Standalone: it does not use
- * flexcoll.
+ * flexcoll (coll-bench.h beside it holds what it shares with
+ * gloo-coll-bench.cc).
  */
 #include <mpi.h>
 
-#include <ctype.h>
+#include "coll-bench.h"
+
 #include <getopt.h>
-#include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 enum { BENCH_ALLREDUCE, BENCH_ALLGATHER };
 
 typedef struct {
     int coll;
-    size_t min_bytes, max_bytes, step_bytes;
-    unsigned step_factor; /* 0: add step_bytes */
-    int iters, warmup, check;
+    bench_sweep_t sw;
 } bench_args_t;
 
 typedef struct {
@@ -50,41 +44,6 @@ typedef struct {
     long long wrong;
 } bench_result_t;
 
-/* 8, 4k, 1M, 64KiB, 1G -> bytes; -1 on malformed input */
-static int bench_parse_size(const char *s, size_t *out_p)
-{
-    char *end;
-    double v = strtod(s, &end), mult = 1;
-
-    if (end == s || v < 0)
-        return -1;
-    switch (tolower((unsigned char)*end)) {
-    case '\0': break;
-    case 'k': mult = 1024.0; end++; break;
-    case 'm': mult = 1024.0 * 1024; end++; break;
-    case 'g': mult = 1024.0 * 1024 * 1024; end++; break;
-    case 'b': break;
-    default: return -1;
-    }
-    if (strcasecmp(end, "ib") == 0 || strcasecmp(end, "b") == 0)
-        end += strlen(end);
-    if (*end != '\0')
-        return -1;
-    *out_p = (size_t)(v * mult);
-    return 0;
-}
-
-static int bench_parse_int(const char *s, long min, long max, int *out_p)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-
-    if (end == s || *end != '\0' || v < min || v > max)
-        return -1;
-    *out_p = (int)v;
-    return 0;
-}
-
 static void bench_usage(FILE *out)
 {
     fprintf(out, "usage: mpi-coll-bench allreduce|allgather [-b min] [-e max] [-f factor | -i step]"
@@ -94,54 +53,36 @@ static void bench_usage(FILE *out)
 /* 0 ok, 1 help, -1 error (message printed unless quiet) */
 static int bench_parse(bench_args_t *a, int quiet, int argc, char **argv)
 {
-    int c, f;
+    int c;
 
     a->coll = -1;
-    a->min_bytes = 8;
-    a->max_bytes = (size_t)64 << 20;
-    a->step_bytes = (size_t)1 << 20;
-    a->step_factor = 2;
-    a->iters = 20;
-    a->warmup = 5;
-    a->check = 1;
+    bench_sweep_defaults(&a->sw);
     opterr = 0;
     while ((c = getopt(argc, argv, ":b:e:f:i:n:w:c:h")) != -1) {
-        int bad = 0;
+        int rc = bench_sweep_option(&a->sw, c, optarg);
 
-        switch (c) {
-        case 'b': bad = bench_parse_size(optarg, &a->min_bytes); break;
-        case 'e': bad = bench_parse_size(optarg, &a->max_bytes); break;
-        case 'f':
-            bad = bench_parse_int(optarg, 1, 1 << 20, &f);
-            a->step_factor = f == 1 ? 0 : (unsigned)f;
-            break;
-        case 'i':
-            bad = bench_parse_size(optarg, &a->step_bytes) || a->step_bytes == 0;
-            a->step_factor = 0;
-            break;
-        case 'n': bad = bench_parse_int(optarg, 1, 10000000, &a->iters); break;
-        case 'w': bad = bench_parse_int(optarg, 0, 10000000, &a->warmup); break;
-        case 'c': bad = bench_parse_int(optarg, 0, 1, &a->check); break;
-        case 'h':
-            if (!quiet)
-                bench_usage(stdout);
-            return 1;
-        default:
-            if (!quiet)
-                fprintf(stderr, "mpi-coll-bench: bad option '%s'\n", argv[optind - 1]);
-            return -1;
-        }
-        if (bad) {
+        if (rc == 0)
+            continue;
+        if (rc < 0) {
             if (!quiet)
                 fprintf(stderr, "mpi-coll-bench: invalid value '%s' for -%c\n", optarg, c);
             return -1;
         }
+        if (c == 'h') {
+            if (!quiet)
+                bench_usage(stdout);
+            return 1;
+        }
+        if (!quiet)
+            fprintf(stderr, "mpi-coll-bench: bad option '%s'\n", argv[optind - 1]);
+        return -1;
     }
     if (optind + 1 == argc && strcmp(argv[optind], "allreduce") == 0)
         a->coll = BENCH_ALLREDUCE;
     else if (optind + 1 == argc && strcmp(argv[optind], "allgather") == 0)
         a->coll = BENCH_ALLGATHER;
-    if (a->coll < 0 || a->min_bytes > a->max_bytes || (a->min_bytes == 0 && a->step_factor)) {
+    if (a->coll < 0 || a->sw.min_bytes > a->sw.max_bytes ||
+        (a->sw.min_bytes == 0 && a->sw.step_factor)) {
         if (!quiet) {
             fprintf(stderr, "mpi-coll-bench: need one collective (allreduce or allgather) "
                             "and minbytes <= maxbytes (> 0 with a factor)\n");
@@ -150,63 +91,6 @@ static int bench_parse(bench_args_t *a, int quiet, int argc, char **argv)
         return -1;
     }
     return 0;
-}
-
-static size_t bench_next_size(const bench_args_t *a, size_t size)
-{
-    size_t next;
-
-    if (a->step_factor >= 2) {
-        if (size > SIZE_MAX / a->step_factor)
-            return 0;
-        next = size * a->step_factor;
-    } else {
-        if (size > SIZE_MAX - a->step_bytes)
-            return 0;
-        next = size + a->step_bytes;
-    }
-    return next > a->max_bytes ? 0 : next;
-}
-
-static void bench_format_us(char *buf, size_t len, double us)
-{
-    if (us >= 10000.0)
-        snprintf(buf, len, "%7.0f", us);
-    else if (us >= 100.0)
-        snprintf(buf, len, "%7.1f", us);
-    else
-        snprintf(buf, len, "%7.2f", us);
-}
-
-/* Exact in float: multiples of 1/8 in [-16, 16), sums of up to 2^20 ranks. */
-static float bench_value(int rank, size_t i)
-{
-    uint32_t h = (uint32_t)i * 2654435761u ^ ((uint32_t)rank + 1u) * 0x85ebca6bu;
-
-    h ^= h >> 13;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16;
-    return (float)((int)(h % 256u) - 128) * 0.125f;
-}
-
-static void bench_fill(float *p, size_t count, int rank)
-{
-    for (size_t i = 0; i < count; i++)
-        p[i] = bench_value(rank, i);
-}
-
-static int bench_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
-static double bench_percentile(const double *v, int n, double p)
-{
-    long k = (long)ceil(p * n) - 1;
-
-    return v[k < 0 ? 0 : (k >= n ? n - 1 : k)];
 }
 
 static int bench_call(bench_t *b, size_t count, int in_place)
@@ -252,12 +136,12 @@ static long long bench_wrong(const bench_t *b, size_t count)
 
 static int bench_case(bench_t *b, size_t count, size_t bytes, int in_place, bench_result_t *res)
 {
-    int n = b->args.iters, rc;
+    int n = b->args.sw.iters, rc;
     double t0, t, prev, stats[4], stats_max[4];
     long long wrong;
 
     bench_prepare(b, count, in_place);
-    for (int w = 0; w < b->args.warmup; w++)
+    for (int w = 0; w < b->args.sw.warmup; w++)
         if ((rc = bench_call(b, count, in_place)) != MPI_SUCCESS)
             return rc;
     MPI_Barrier(MPI_COMM_WORLD);
@@ -285,7 +169,7 @@ static int bench_case(bench_t *b, size_t count, size_t bytes, int in_place, benc
                                    ? 2.0 * (b->nranks - 1) / b->nranks
                                    : (double)(b->nranks - 1) / b->nranks);
     res->wrong = -1;
-    if (b->args.check) {
+    if (b->args.sw.check) {
         bench_prepare(b, count, in_place);
         if ((rc = bench_call(b, count, in_place)) != MPI_SUCCESS)
             return rc;
@@ -297,15 +181,7 @@ static int bench_case(bench_t *b, size_t count, size_t bytes, int in_place, benc
 
 static void bench_append(char *row, size_t len, const bench_result_t *res)
 {
-    size_t used = strlen(row);
-    char t[32], w[32];
-
-    bench_format_us(t, sizeof(t), res->mean_s * 1e6);
-    if (res->wrong < 0)
-        snprintf(w, sizeof(w), "N/A");
-    else
-        snprintf(w, sizeof(w), "%lld", res->wrong);
-    snprintf(row + used, len - used, "  %7s  %6.2f  %6.2f  %5s", t, res->algbw, res->busbw, w);
+    bench_append_cols(row, len, res->mean_s, res->algbw, res->busbw, res->wrong);
 }
 
 static void bench_header(const bench_t *b)
@@ -319,31 +195,15 @@ static void bench_header(const bench_t *b)
     nl = strchr(lib, '\n');
     if (nl != NULL)
         *nl = '\0';
-    if (a->step_factor >= 2)
-        snprintf(step, sizeof(step), "%u(factor)", a->step_factor);
-    else
-        snprintf(step, sizeof(step), "%zu(bytes)", a->step_bytes);
+    bench_format_step(step, sizeof(step), &a->sw);
     printf("# Collective test starting: mpi-coll-bench %s\n",
            a->coll == BENCH_ALLREDUCE ? "allreduce" : "allgather");
     printf("# nRanks %d net mpi minBytes %zu maxBytes %zu step: %s warmup iters: %d "
            "iters: %d validation: %d blocking: 1\n",
-           b->nranks, a->min_bytes, a->max_bytes, step, a->warmup, a->iters, a->check);
+           b->nranks, a->sw.min_bytes, a->sw.max_bytes, step, a->sw.warmup, a->sw.iters,
+           a->sw.check);
     printf("#\n# %s\n#\n", lib);
-    printf("# time  : mean time per iteration of the slowest rank (MPI_MAX over ranks)\n");
-    printf("# algbw : size / time, GB/s = 1e9 B/s; busbw = algbw * %s\n",
-           a->coll == BENCH_ALLREDUCE ? "2(n-1)/n" : "(n-1)/n, size = gathered total");
-    printf("# min, p50, p99 : per-iteration times of the out-of-place run: each rank's\n"
-           "#   nearest-rank percentiles over its %d iterations, the slowest rank's (us)\n#\n",
-           a->iters);
-    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       "
-           "in-place            out-of-place iterations\n",
-           "", "", "", "", "");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s  %7s  %7s  %7s\n",
-           "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
-           "algbw", "busbw", "#wrong", "min", "p50", "p99");
-    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s  %7s  %7s  %7s\n",
-           "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
-           "(GB/s)", "", "(us)", "(us)", "(us)");
+    bench_print_columns(a->coll == BENCH_ALLREDUCE, a->sw.iters, "");
 }
 
 static int bench_run(bench_t *b)
@@ -353,7 +213,7 @@ static int bench_run(bench_t *b)
     char row[512], s1[32], s2[32], s3[32];
     int rc;
 
-    for (size_t size = a->min_bytes, next;; size = next) {
+    for (size_t size = a->sw.min_bytes, next;; size = next) {
         size_t count = a->coll == BENCH_ALLREDUCE ? size / sizeof(float)
                                                   : size / sizeof(float) / (size_t)b->nranks;
         size_t bytes = count * sizeof(float) * (a->coll == BENCH_ALLREDUCE ? 1 : (size_t)b->nranks);
@@ -381,7 +241,7 @@ static int bench_run(bench_t *b)
                 printf("%s  %7s  %7s  %7s\n", row, s1, s2, s3);
             }
         }
-        next = bench_next_size(a, size);
+        next = bench_next_size(&a->sw, size);
         if (next <= size)
             break;
     }
@@ -406,17 +266,17 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return rc > 0 ? 0 : 2;
     }
-    if (b.args.max_bytes / sizeof(float) > (size_t)INT32_MAX) {
+    if (b.args.sw.max_bytes / sizeof(float) > (size_t)INT32_MAX) {
         if (b.rank == 0)
             fprintf(stderr, "mpi-coll-bench: maxbytes too large for an int count\n");
         MPI_Finalize();
         return 2;
     }
-    send_cap = b.args.max_bytes + sizeof(float);
-    recv_cap = b.args.max_bytes + sizeof(float) * (size_t)b.nranks;
+    send_cap = b.args.sw.max_bytes + sizeof(float);
+    recv_cap = b.args.sw.max_bytes + sizeof(float) * (size_t)b.nranks;
     b.sendbuf = malloc(send_cap);
     b.recvbuf = malloc(recv_cap);
-    b.times = calloc((size_t)b.args.iters, sizeof(double));
+    b.times = calloc((size_t)b.args.sw.iters, sizeof(double));
     if (b.sendbuf == NULL || b.recvbuf == NULL || b.times == NULL) {
         fprintf(stderr, "mpi-coll-bench: rank %d: out of memory\n", b.rank);
         MPI_Abort(MPI_COMM_WORLD, 1);
