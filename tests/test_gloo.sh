@@ -66,8 +66,8 @@ run 2 allreduce -a ring -m sync -b 4 -e 4 && fail "ring in sync mode accepted: $
 echo "$out" | grep -q "Gloo has no ring allreduce in sync mode" || fail "ring in sync mode: message: $out"
 run 2 allreduce -m never -b 4 -e 4 && fail "-m never accepted: $out"
 echo "$out" | grep -q "invalid value 'never' for -m" || fail "-m never: message: $out"
-run 2 allreduce -t ibverbs -D rxe0:x -b 4 -e 4 && fail "-D rxe0:x accepted: $out"
-echo "$out" | grep -q "invalid value 'rxe0:x' for -D" || fail "-D rxe0:x: message: $out"
+run 2 allreduce -b 4 -e 3g && fail "-e 3g accepted: $out"
+echo "$out" | grep -q "maxbytes above 2147483647" || fail "-e 3g: message: $out"
 out=$(env -u GLOO_BENCH_STORE "$top/flxrun" -n 1 "$tmp/gloo-coll-bench" allreduce 2>&1) &&
     fail "no rendezvous directory accepted: $out"
 echo "$out" | grep -q "no rendezvous directory" || fail "no rendezvous directory: message: $out"
