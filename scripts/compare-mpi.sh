@@ -48,7 +48,8 @@ usage: $prog [-B mpi|gloo] [-G "GLOO OPTS"] [-r REPS] [-N "2 4"] [-b MIN] [-e MA
        $prog [-s mean|p50] -R RESULTS  (the report again, from a results.txt kept with -k)
   BUILD_DIR  where flxrun and flx-*-perf are (default: \$FLX_BUILD or .)
   -B BASE    what flexcoll is compared with: mpi (Open MPI, default) or gloo
-  -G OPTS    more options for gloo-coll-bench (-a ALGO, -m async|sync|both; loopback only)
+  -G OPTS    more options for gloo-coll-bench (-a ALGO, -m async|sync|both; loopback only;
+             the sweep's -b -e -n -w -c are this script's and come after, so they win)
   -r REPS    repetitions of each run, alternating flexcoll and MPI (default 5)
   -N LIST    rank counts (default "2 4")
   -b MIN     smallest size (default 4)         -e MAX  largest size (default 64M)

@@ -19,7 +19,7 @@
  * (every pair in Gloo's synchronous mode with busy polling, its benchmark's
  * --sync --busy-poll: the calling thread moves them) or both (the default:
  * one context of each, every algorithm in each mode it has).  Sync mode runs
- * only up to 4 x net.core.wmem_max bytes (see sync_limit).
+ * only up to 2 x min(net.core.wmem_max, 32 MiB) bytes (see sync_limit).
  *
  * Algorithm (-a):
  *   allreduce  ring          gloo::allreduce, ring (PyTorch's ProcessGroupGloo)
@@ -286,14 +286,16 @@ void allsum(bench &b, double *v)
     *v = b.red[0];
 }
 
-/* Over tcp, sync mode only up to 4 x net.core.wmem_max bytes (the smallest
- * over the ranks).  A sync pair's send blocks until the socket takes the
- * whole message, and the classic algorithms send before they receive (the
- * largest message is half the size: halving-doubling's first step, or an
- * allgather block); Gloo sizes SO_SNDBUF to the message, capped by
- * wmem_max, which the kernel doubles.  A larger message can leave both
- * partners of a step in send, each waiting for the other to read: Gloo's
- * write timeout, then a reset connection. */
+/* Sync mode only up to 2 x min(net.core.wmem_max, 32 MiB) bytes (the
+ * smallest over the ranks).  A sync pair's send blocks until the socket
+ * takes the whole message, and the classic algorithms send before they
+ * receive: halving-doubling's first step half the size, ring-chunked two
+ * chunks, an allgather block.  Gloo sizes SO_SNDBUF to the message, capped
+ * at 32 MiB and by wmem_max, which the kernel doubles.  A message that does
+ * not fit can leave both partners of a step in send, each waiting for the
+ * other to read (Gloo's write timeout, then a reset connection): with the
+ * cap at 4 x wmem_max, 4 of 32 fresh 2-rank halving-doubling runs at the
+ * cap hung in writev.  At 2 x, the largest message is half the buffer. */
 size_t sync_limit(bench &b)
 {
     FILE *f = fopen("/proc/sys/net/core/wmem_max", "r");
@@ -305,7 +307,7 @@ size_t sync_limit(bench &b)
             wmem = 212992;
         fclose(f);
     }
-    neg = -4.0 * (double)wmem;
+    neg = -2.0 * (double)(wmem < ((size_t)32 << 20) ? wmem : ((size_t)32 << 20));
     allmax(b, &neg, 1);
     return (size_t)-neg;
 }
@@ -469,10 +471,23 @@ void header(const bench &b)
            a.algo == ALGO_BEST ? "best" : algo_names[a.algo],
            a.modes == 3 ? "async and sync" : a.modes == 2 ? "sync" : "async");
     if (b.sync_max_bytes != SIZE_MAX)
-        printf("# sync mode up to %zu B (4 x net.core.wmem_max: above it both partners of a "
-               "step can block in send)\n#\n",
+        printf("# sync mode up to %zu B (2 x min(net.core.wmem_max, 32 MiB): above it both "
+               "partners of a step can block in send)\n#\n",
                b.sync_max_bytes);
     bench_print_columns(a.coll == BENCH_ALLREDUCE, a.sw.iters, "algorithm");
+}
+
+/* Is algorithm k (+ ALGO_COUNT: sync) the last async one still run?  It is
+ * never dropped: above the sync-mode limit only async ones remain. */
+bool last_async(const bench &b, int k)
+{
+    int left = 0;
+
+    if (k >= ALGO_COUNT || !(b.args.modes & 1))
+        return false;
+    for (int j = 0; j < ALGO_COUNT; j++)
+        left += algo_fits(b.args, j, false) && !b.dropped[j];
+    return left <= 1;
 }
 
 void run_sweep(bench &b)
@@ -512,8 +527,8 @@ void run_sweep(bench &b)
             }
             if (best_algo < 0) {
                 if (b.rank == 0)
-                    printf("# %zu B: no algorithm to run (sync mode only up to %zu B)\n", bytes,
-                           b.sync_max_bytes);
+                    printf("# %zu B: no algorithm to run (sync mode only up to %zu B%s)\n", bytes,
+                           b.sync_max_bytes, a.algo == ALGO_BEST ? "; the others dropped" : "");
                 next = bench_next_size(&a.sw, size);
                 if (next <= size)
                     break;
@@ -527,7 +542,7 @@ void run_sweep(bench &b)
             for (int k = 0; k < 2 * ALGO_COUNT && a.algo == ALGO_BEST; k++) {
                 b.strikes[k] = bytes >= ((size_t)1 << 20) && mean[k] > 8 * best[0].mean_s
                                    ? b.strikes[k] + 1 : 0;
-                if (b.strikes[k] == 2) {
+                if (b.strikes[k] == 2 && !last_async(b, k)) {
                     b.dropped[k] = true;
                     if (b.rank == 0)
                         printf("# %s%s dropped: %.1f us at %zu B, %.0fx the fastest (twice)\n",

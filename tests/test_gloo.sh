@@ -44,9 +44,14 @@ for n in 2 3; do
 done
 echo "PASS: gloo-coll-bench, allreduce and allgather on 2 and 3 ranks, every algorithm checked"
 
-# sync mode stops at 4 x net.core.wmem_max: above it nothing runs in sync mode
-# (a blocking send larger than the socket takes can meet its partner's)
-cap=$((4 * $(cat /proc/sys/net/core/wmem_max)))
+# sync mode stops at 2 x min(net.core.wmem_max, 32 MiB): above it nothing runs
+# in sync mode (a blocking send larger than the socket takes can meet its
+# partner's); at it, halving-doubling's first message (half) runs, from cold
+wmem=$(cat /proc/sys/net/core/wmem_max)
+[ "$wmem" -lt 33554432 ] || wmem=33554432
+cap=$((2 * wmem))
+run 2 allreduce -a hd -m sync -b $cap -e $cap -n 2 -w 1 || fail "hd in sync mode at the cap: $out"
+[ "$(echo "$out" | grep -c " hd+sync$")" -eq 1 ] || fail "hd in sync mode at the cap: rows: $out"
 run 2 allreduce -a hd -m sync -b $((2 * cap)) -e $((2 * cap)) -n 1 -w 0 || fail "above the sync cap: $out"
 echo "$out" | grep -q "# sync mode up to $cap B" || fail "sync cap not in the header: $out"
 echo "$out" | grep -q "$((2 * cap)) B: no algorithm to run (sync mode only up to $cap B)" ||
