@@ -621,6 +621,8 @@ int main(int argc, char **argv)
         b.times.assign((size_t)b.args.sw.iters, 0.0);
         if (b.rank == 0)
             header(b);
+        usleep(20000); /* the launcher relays the header before anything is timed, as in
+                          the flx-*-perf tools */
         run_sweep(b);
         /* Leave only when every rank is through: an async pair's last send
          * may still sit in Gloo's queue when the call returns, and would be
