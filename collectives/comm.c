@@ -177,7 +177,7 @@ flx_status_t flx_comm_create(const flx_comm_params_t *params, flx_comm_h *comm_p
     if (st != FLX_OK)
         goto err_free_comm;
     st = boot_create(comm->rank, comm->size, root, secret ? secret : "", &comm->cfg,
-                     &comm->boot);
+                     comm->tl == &tl_tcp_ops ? comm->cfg.tcp_sockets : 1, &comm->boot);
     if (st != FLX_OK)
         goto err_free_comm;
     st = comm->tl->create(comm->boot, &comm->cfg, &comm->tlctx);

@@ -181,6 +181,7 @@ START_TEST(test_hello_roundtrip)
         {AUTH_PURPOSE_BOOT, 0, 1},    {AUTH_PURPOSE_MESH, 3, 8},
         {AUTH_PURPOSE_BOOT, 7, 8},    {AUTH_PURPOSE_MESH, 0, 2},
         {AUTH_PURPOSE_MESH, (1 << 24) - 1, 1 << 24}, {AUTH_PURPOSE_BOOT, 0, INT32_MAX},
+        {AUTH_PURPOSE_MESH2, 1, 2},
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -227,7 +228,7 @@ START_TEST(test_hello_reject)
     static const uint32_t bad_vp[] = {
         (0u << 16) | AUTH_PURPOSE_MESH, (2u << 16) | AUTH_PURPOSE_MESH,
         (0xffffu << 16) | AUTH_PURPOSE_BOOT,                /* bad version */
-        (1u << 16) | 0, (1u << 16) | 3, (1u << 16) | 0xffff, /* bad purpose */
+        (1u << 16) | 0, (1u << 16) | 4, (1u << 16) | 0xffff, /* bad purpose */
     };
     static const int32_t bad_rank_size[][2] = {
         {4, 4}, {5, 4}, {0, 0}, {-1, 4}, {0, -1}, {INT32_MIN, 4}, {1, INT32_MIN}, {3, 0},

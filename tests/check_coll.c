@@ -866,6 +866,65 @@ START_TEST(test_early_messages)
 }
 END_TEST
 
+/* Short and long messages one after the other between every pair (tcp:
+ * the higher rank of a pair sends its long ones, 64 KiB and up, on the
+ * pair's second connection and the rest on the first, with a SWITCH at
+ * each change; the receiver must still take them in the order sent).
+ * Broadcasts from the highest rank (it sends to lower ones) and ring
+ * allreduces alternate between 1-3 elements and 70001 (280 KB); element i
+ * of rank r is i % 7 + r + it, so every expected value is exact. */
+static int body_lanes(flx_comm_h comm, int rank, int size, void *arg)
+{
+    const size_t big = 70001;
+    float *a = malloc(big * sizeof(float)), *out = malloc(big * sizeof(float));
+    flx_status_t st;
+
+    (void)arg;
+    if (a == NULL || out == NULL)
+        return mp_fail(rank, "out of memory");
+    for (int it = 0; it < 24; it++) {
+        size_t count = it % 2 ? big : (size_t)(it % 3 + 1);
+        for (size_t i = 0; i < count; i++)
+            a[i] = rank == size - 1 ? (float)(i % 7 + (size_t)it) : -1.0f;
+        if ((st = flx_broadcast(comm, a, count, FLX_FLOAT32, size - 1)) != FLX_OK)
+            return mp_fail(rank, "broadcast %d: %s", it, flx_status_string(st));
+        for (size_t i = 0; i < count; i++)
+            if (a[i] != (float)(i % 7 + (size_t)it))
+                return mp_fail(rank, "broadcast %d: [%zu] = %g", it, i, a[i]);
+        for (size_t i = 0; i < count; i++)
+            a[i] = (float)(i % 7 + (size_t)rank + (size_t)it);
+        if ((st = flx_allreduce(comm, a, out, count, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING)) !=
+            FLX_OK)
+            return mp_fail(rank, "allreduce %d: %s", it, flx_status_string(st));
+        for (size_t i = 0; i < count; i++)
+            if (out[i] != (float)(size * (int)(i % 7 + (size_t)it) + size * (size - 1) / 2))
+                return mp_fail(rank, "allreduce %d: [%zu] = %g", it, i, out[i]);
+    }
+    free(a);
+    free(out);
+    return 0;
+}
+
+/* The tcp backend with one connection per pair and with two (default). */
+START_TEST(test_tcp_sockets)
+{
+    static const char *const socks[] = {"1", "2"};
+    const char *net = getenv("FLX_NET");
+    int n = sizes_n[_i];
+
+    if (n < 2 || !mp_nranks_wanted(n) || (net && strcmp(net, "ib") == 0))
+        return;
+    for (int k = 0; k < 2; k++) {
+        int failed;
+        setenv("FLX_TCP_SOCKETS", socks[k], 1);
+        failed = mp_run(n, body_lanes, NULL, 120, NULL);
+        ck_assert_msg(failed == 0, "FLX_TCP_SOCKETS=%s: %d of %d ranks failed", socks[k], failed,
+                      n);
+    }
+    unsetenv("FLX_TCP_SOCKETS");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("collectives");
@@ -884,6 +943,7 @@ int main(void)
     tcase_add_loop_test(tc, test_model_late_rank, 0, 6);
     tcase_add_loop_test(tc, test_calibrate, 0, 6);
     tcase_add_loop_test(tc, test_early_messages, 0, 6);
+    tcase_add_loop_test(tc, test_tcp_sockets, 0, 6);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

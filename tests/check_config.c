@@ -237,6 +237,7 @@ START_TEST(test_load_defaults)
     ck_assert(cfg.alpha_s == 0 && cfg.beta == 0);
     ck_assert(fabs(cfg.spin_s - 2e-3) < 1e-12);
     ck_assert(fabs(cfg.tcp_park_s - 10e-3) < 1e-12);
+    ck_assert_int_eq(cfg.tcp_sockets, 2);
     ck_assert_int_eq(cfg.log_level, FLX_LOG_WARN);
     ck_assert_uint_eq(cfg.log_subsys, ~0u);
 }
@@ -263,6 +264,7 @@ START_TEST(test_load_overrides)
     setenv("FLX_TCP_SOCKBUF", "4M", 1);
     setenv("FLX_SPIN", "0", 1);
     setenv("FLX_TCP_PARK", "250us", 1);
+    setenv("FLX_TCP_SOCKETS", "1", 1);
     ck_assert_int_eq(flx_config_load(&cfg), FLX_OK);
     ck_assert_int_eq(cfg.algo, FLX_ALGO_RING);
     ck_assert_int_eq(cfg.algo, 1);
@@ -282,6 +284,7 @@ START_TEST(test_load_overrides)
     ck_assert_uint_eq(cfg.tcp_sockbuf, 4 << 20);
     ck_assert(cfg.spin_s == 0);
     ck_assert(fabs(cfg.tcp_park_s - 250e-6) < 1e-18);
+    ck_assert_int_eq(cfg.tcp_sockets, 1);
     /* untouched knobs keep their defaults */
     ck_assert(cfg.handshake_timeout_s == 5.0);
 
@@ -310,7 +313,8 @@ START_TEST(test_load_malformed)
         {"FLX_CALIBRATE", "maybe"},   {"FLX_SPIN", "fast"},        {"FLX_SPIN", "-1us"},
         {"FLX_HANDSHAKE_TIMEOUT", "5h"}, {"FLX_CONNECT_TIMEOUT", "x"}, {"FLX_ALPHA", "fast"},
         {"FLX_BETA", "10Gbit"},       {"FLX_TCP_SOCKBUF", "4x"},    {"FLX_TCP_PARK", "soon"},
-        {"FLX_TCP_PARK", "-5ms"},      {"FLX_TCP_PARK", "2s"},
+        {"FLX_TCP_PARK", "-5ms"},      {"FLX_TCP_PARK", "2s"},       {"FLX_TCP_SOCKETS", "3"},
+        {"FLX_TCP_SOCKETS", "0"},      {"FLX_TCP_SOCKETS", "two"},
         {"FLX_IB_EAGER", "2m"},       {"FLX_IB_STAGE_SIZE", "128m"}, {"FLX_IB_STAGE_SLOTS", "-1"},
         {"FLX_IB_STAGE_SLOTS", "4097"},
         /* zero where zero makes no sense, and values that overflow to Inf */

@@ -898,6 +898,37 @@ START_TEST(test_wrong_secret)
 }
 END_TEST
 
+/* ranks that want different numbers of tcp connections per pair all fail
+ * at once with FLX_ERR_MISMATCH, not at FLX_CONNECT_TIMEOUT (one would
+ * wait for second connections that never come) */
+static int raw_sockets_differ(int rank, int size, const char *root, void *arg)
+{
+    double t0 = flx_time_now();
+    flx_comm_h comm;
+    flx_status_t st;
+
+    (void)arg;
+    setenv("FLX_TCP_SOCKETS", rank == size - 1 ? "1" : "2", 1);
+    st = mp_comm_create(rank, size, root, &comm);
+    if (st == FLX_OK) {
+        flx_comm_destroy(comm);
+        return mp_fail(rank, "a job formed with FLX_TCP_SOCKETS 1 and 2");
+    }
+    if (st != FLX_ERR_MISMATCH)
+        return mp_fail(rank, "got %s, not FLX_ERR_MISMATCH", flx_status_name(st));
+    if (flx_time_now() - t0 > 10)
+        return mp_fail(rank, "the mismatch took %.1f s to notice", flx_time_now() - t0);
+    return 0;
+}
+
+START_TEST(test_sockets_differ)
+{
+    setenv("FLX_CONNECT_TIMEOUT", "20s", 1);
+    ck_assert_int_eq(mp_run_raw(3, raw_sockets_differ, NULL, 60, NULL), 0);
+    unsetenv("FLX_CONNECT_TIMEOUT");
+}
+END_TEST
+
 /* ---- bad arguments leave the communicator working ---------------------------- */
 
 static int body_bad_args(flx_comm_h comm, int rank, int size, void *arg)
@@ -1067,6 +1098,7 @@ int main(void)
     tcase_add_test(tc, test_strangers);
     tcase_add_test(tc, test_root_hangs_up);
     tcase_add_test(tc, test_wrong_secret);
+    tcase_add_test(tc, test_sockets_differ);
     tcase_add_test(tc, test_bad_args);
     tcase_add_test(tc, test_bad_env);
     suite_add_tcase(s, tc);

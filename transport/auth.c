@@ -36,7 +36,8 @@ flx_status_t auth_hello_decode(const uint8_t in[AUTH_HELLO_BYTES], auth_hello_t 
     if (get32(in) != AUTH_MAGIC || (vp >> 16) != AUTH_VERSION)
         return FLX_ERR_PROTOCOL;
     h.purpose = (uint16_t)(vp & 0xffff);
-    if (h.purpose != AUTH_PURPOSE_BOOT && h.purpose != AUTH_PURPOSE_MESH)
+    if (h.purpose != AUTH_PURPOSE_BOOT && h.purpose != AUTH_PURPOSE_MESH &&
+        h.purpose != AUTH_PURPOSE_MESH2)
         return FLX_ERR_PROTOCOL;
     h.rank = (int32_t)get32(in + 8);
     h.size = (int32_t)get32(in + 12);

@@ -23,7 +23,8 @@
 #define AUTH_VERDICT_BUSY 2         /* in place of the verdict, the same */
 #define AUTH_VERSION 1
 
-enum { AUTH_PURPOSE_BOOT = 1, AUTH_PURPOSE_MESH = 2 };
+/* MESH2: the mesh's second connection of a pair (FLX_TCP_SOCKETS=2) */
+enum { AUTH_PURPOSE_BOOT = 1, AUTH_PURPOSE_MESH = 2, AUTH_PURPOSE_MESH2 = 3 };
 
 typedef struct {
     uint8_t bytes[AUTH_KEY_BYTES];

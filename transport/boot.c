@@ -181,6 +181,7 @@ static flx_status_t boot_next_peer(boot_t *boot, int lfd, boot_waiting_t *w, dou
 static flx_status_t boot_accept_loop(boot_t *boot, int lfd, uint16_t purpose, int count,
                                      double deadline, boot_waiting_t *waiting)
 {
+    int *fds = purpose == AUTH_PURPOSE_MESH2 ? boot->fds2 : boot->fds;
     int have = 0;
 
     while (have < count) {
@@ -200,7 +201,7 @@ static flx_status_t boot_accept_loop(boot_t *boot, int lfd, uint16_t purpose, in
         if (st != FLX_OK)
             return st;
         sock_addr_str(&peer, ps, sizeof(ps));
-        st = boot_hello_check(&hello, purpose, boot->rank, boot->size, boot->fds, &why);
+        st = boot_hello_check(&hello, purpose, boot->rank, boot->size, fds, &why);
         if (st != FLX_OK) {
             flx_error(INIT, boot->rank,
                       "peer %s claims rank %d of %d (purpose %u); this job has %d ranks: %s",
@@ -220,8 +221,9 @@ static flx_status_t boot_accept_loop(boot_t *boot, int lfd, uint16_t purpose, in
                 continue;
             }
         }
-        flx_debug(INIT, boot->rank, "rank %d authenticated from %s", hello.rank, ps);
-        boot->fds[hello.rank] = fd;
+        flx_debug(INIT, boot->rank, "rank %d authenticated from %s%s", hello.rank, ps,
+                  purpose == AUTH_PURPOSE_MESH2 ? " (second connection)" : "");
+        fds[hello.rank] = fd;
         have++;
     }
     return FLX_OK;
@@ -358,16 +360,18 @@ static flx_status_t boot_member(boot_t *boot, const struct sockaddr_in *root, in
     return st;
 }
 
-/* rank i connects to 0 < j < i and accepts from j > i */
-static flx_status_t boot_mesh(boot_t *boot, int lfd, double deadline)
+/* rank i connects to j < i and accepts from j > i: lane 1 (purpose MESH,
+ * fds) from j = 1 (rank 0's is the rendezvous connection), lane 2 (MESH2,
+ * fds2) from j = 0 */
+static flx_status_t boot_mesh(boot_t *boot, int lfd, uint16_t purpose, double deadline)
 {
+    int *fds = purpose == AUTH_PURPOSE_MESH2 ? boot->fds2 : boot->fds;
     char as[64];
     flx_status_t st;
 
-    for (int j = 1; j < boot->rank; j++) {
+    for (int j = purpose == AUTH_PURPOSE_MESH2 ? 0 : 1; j < boot->rank; j++) {
         int fd, connected;
-        st = boot_connect_auth(boot, &boot->addrs[j], AUTH_PURPOSE_MESH, deadline, &fd,
-                               &connected);
+        st = boot_connect_auth(boot, &boot->addrs[j], purpose, deadline, &fd, &connected);
         if (st != FLX_OK && !connected) /* sock_connect said why */
             return st;
         if (st != FLX_OK) {
@@ -376,12 +380,35 @@ static flx_status_t boot_mesh(boot_t *boot, int lfd, double deadline)
                       st == FLX_ERR_AUTH ? "failed authentication" : flx_status_string(st));
             return st;
         }
-        boot->fds[j] = fd;
+        fds[j] = fd;
     }
-    if (boot->rank == 0)
+    if (boot->rank == boot->size - 1 || (boot->rank == 0 && purpose == AUTH_PURPOSE_MESH))
         return FLX_OK;
-    return boot_accept_peers(boot, lfd, AUTH_PURPOSE_MESH, boot->size - 1 - boot->rank,
-                             deadline);
+    return boot_accept_peers(boot, lfd, purpose, boot->size - 1 - boot->rank, deadline);
+}
+
+/* Every rank must want as many connections per pair: one that opens a
+ * second connection to a rank that expects none would be refused as a
+ * stranger, and one that waits for a second connection would wait until
+ * FLX_CONNECT_TIMEOUT. */
+static flx_status_t boot_agree_lanes(boot_t *boot)
+{
+    uint32_t mine = htonl((uint32_t)boot->lanes), *all = calloc((size_t)boot->size, sizeof(*all));
+    flx_status_t st;
+
+    if (all == NULL)
+        return FLX_ERR_NO_MEMORY;
+    st = boot_allgather(boot, &mine, all, sizeof(mine));
+    for (int r = 0; r < boot->size && st == FLX_OK; r++) {
+        if (all[r] == mine)
+            continue;
+        flx_error(INIT, boot->rank, "bootstrap: rank %d wants %d connection(s) per pair of ranks "
+                  "and this rank %d (FLX_TCP_SOCKETS; the ib backend uses 1): set FLX_TCP_SOCKETS "
+                  "and FLX_NET alike on every rank", r, (int)ntohl(all[r]), boot->lanes);
+        st = FLX_ERR_MISMATCH; /* one line: the first rank that differs */
+    }
+    free(all);
+    return st;
 }
 
 #define BOOT_ID_BYTES 40 /* /proc/sys/kernel/random/boot_id: 36 characters */
@@ -426,7 +453,7 @@ double boot_spin(const boot_t *boot, double spin_s, const char *backend)
 }
 
 flx_status_t boot_create(int rank, int size, const char *root, const char *secret,
-                         const flx_config_t *cfg, boot_t **boot_p)
+                         const flx_config_t *cfg, int lanes, boot_t **boot_p)
 {
     struct sockaddr_in root_addr;
     double deadline = flx_time_now() + cfg->connect_timeout_s;
@@ -444,14 +471,16 @@ flx_status_t boot_create(int rank, int size, const char *root, const char *secre
     boot->rank = rank;
     boot->size = size;
     boot->cfg = *cfg;
+    boot->lanes = lanes;
     boot->fds = malloc((size_t)size * sizeof(*boot->fds));
+    boot->fds2 = malloc((size_t)size * sizeof(*boot->fds2));
     boot->addrs = calloc((size_t)size, sizeof(*boot->addrs));
-    if (boot->fds == NULL || boot->addrs == NULL) {
+    if (boot->fds == NULL || boot->fds2 == NULL || boot->addrs == NULL) {
         st = FLX_ERR_NO_MEMORY;
         goto err_destroy_boot;
     }
     for (int r = 0; r < size; r++)
-        boot->fds[r] = -1;
+        boot->fds[r] = boot->fds2[r] = -1;
     auth_key_derive(secret, &boot->key);
     boot->local_size = 1;
     if (size == 1) {
@@ -470,14 +499,19 @@ flx_status_t boot_create(int rank, int size, const char *root, const char *secre
     st = rank == 0 ? boot_root(boot, &root_addr, &lfd, deadline)
                    : boot_member(boot, &root_addr, &lfd, deadline);
     if (st == FLX_OK)
-        st = boot_mesh(boot, lfd, deadline);
+        st = boot_mesh(boot, lfd, AUTH_PURPOSE_MESH, deadline);
+    if (st == FLX_OK)
+        st = boot_agree_lanes(boot);
+    if (st == FLX_OK && lanes == 2)
+        st = boot_mesh(boot, lfd, AUTH_PURPOSE_MESH2, deadline);
     if (lfd >= 0)
         close(lfd);
     if (st == FLX_OK)
         st = boot_local_ranks(boot);
     if (st != FLX_OK)
         goto err_destroy_boot;
-    flx_info(INIT, rank, "bootstrap complete: %d ranks connected through %s", size, root);
+    flx_info(INIT, rank, "bootstrap complete: %d ranks connected through %s, %d connection(s) "
+             "per pair", size, root, lanes);
     *boot_p = boot;
     return FLX_OK;
 
@@ -490,20 +524,25 @@ void boot_destroy(boot_t *boot)
 {
     if (boot == NULL)
         return;
-    for (int r = 0; boot->fds && r < boot->size; r++)
-        if (boot->fds[r] >= 0)
+    for (int r = 0; r < boot->size; r++) {
+        if (boot->fds && boot->fds[r] >= 0)
             close(boot->fds[r]);
+        if (boot->fds2 && boot->fds2[r] >= 0)
+            close(boot->fds2[r]);
+    }
     free(boot->fds);
+    free(boot->fds2);
     free(boot->addrs);
     sodium_memzero(&boot->key, sizeof(boot->key));
     free(boot);
 }
 
-int boot_take_fd(boot_t *boot, int peer)
+int boot_take_fd(boot_t *boot, int peer, int lane)
 {
-    int fd = boot->fds[peer];
+    int *fds = lane == 2 ? boot->fds2 : boot->fds;
+    int fd = fds[peer];
 
-    boot->fds[peer] = -1;
+    fds[peer] = -1;
     return fd;
 }
 

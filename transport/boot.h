@@ -4,6 +4,8 @@
  *   ranks 1..N-1 --HELLO/auth, data address--> rank 0 (FLX_ROOT)
  *   rank 0 --address table--> everyone
  *   rank i --auth--> rank j for 0 < j < i; accepts from j > i
+ *   with two connections per pair (lanes 2): the ranks agree on it, then
+ *   rank i --auth--> rank j for 0 <= j < i a second time (fds2)
  *
  * Listening sockets are closed as soon as the mesh is complete.  A
  * connection that fails the handshake is closed and logged; it does not
@@ -21,6 +23,8 @@ typedef struct boot {
     int rank;
     int size;
     int *fds;                     /* fds[peer]: authenticated socket, -1 for self */
+    int *fds2;                    /* with lanes 2, the pair's second one        */
+    int lanes;                    /* connections per pair of ranks: 1 or 2     */
     struct sockaddr_in *addrs;    /* every rank's data address                 */
     int local_size;               /* ranks on this machine (its kernel's boot
                                      id; network namespaces included); all of
@@ -29,9 +33,11 @@ typedef struct boot {
     flx_config_t cfg;
 } boot_t;
 
-/* Collective over all ranks; cfg gives root, secret and timeouts. */
+/* Collective over all ranks; cfg gives root, secret and timeouts.  lanes
+ * (1 or 2): connections per pair of ranks; every rank must ask for the
+ * same number (FLX_ERR_MISMATCH, logged, otherwise). */
 flx_status_t boot_create(int rank, int size, const char *root, const char *secret,
-                         const flx_config_t *cfg, boot_t **boot_p);
+                         const flx_config_t *cfg, int lanes, boot_t **boot_p);
 /* Closes the sockets still owned by the bootstrap. */
 void boot_destroy(boot_t *boot);
 /* Every rank contributes len bytes; all_p (size * len) receives rank r's at
@@ -43,7 +49,8 @@ flx_status_t boot_allgather(boot_t *boot, const void *mine, void *all, size_t le
  * process may use -- a long busy-poll would take the core from the rank
  * it waits for. */
 double boot_spin(const boot_t *boot, double spin_s, const char *backend);
-/* Hand the socket to peer over to the caller (who closes it). */
-int boot_take_fd(boot_t *boot, int peer);
+/* Hand the socket to peer over to the caller (who closes it): lane 1's,
+ * or with lanes 2 lane 2's (boot->fds2). */
+int boot_take_fd(boot_t *boot, int peer, int lane);
 
 #endif

@@ -65,7 +65,7 @@ flx_status_t boot_hello_check(const auth_hello_t *hello, uint16_t purpose, int r
         *why_p = "impossible rank";
         return FLX_ERR_MISMATCH;
     }
-    if (purpose == AUTH_PURPOSE_MESH && hello->rank < rank) {
+    if ((purpose == AUTH_PURPOSE_MESH || purpose == AUTH_PURPOSE_MESH2) && hello->rank < rank) {
         *why_p = "a lower rank must wait for this rank's connection";
         return FLX_ERR_MISMATCH;
     }

@@ -31,7 +31,8 @@ flx_status_t boot_table_decode(const void *buf, size_t len, int size,
 
 /* May an authenticated HELLO join the job of this rank?  It must be for
  * purpose, of a job of size ranks, from another rank, from a higher rank
- * for the mesh, and from a rank that has no connection yet (fds[r] < 0).
+ * for the mesh (either connection of a pair), and from a rank that has no
+ * connection of this purpose yet (fds[r] < 0).
  * FLX_OK, or FLX_ERR_MISMATCH with *why_p saying which rule failed. */
 flx_status_t boot_hello_check(const auth_hello_t *hello, uint16_t purpose, int rank,
                               int size, const int *fds, const char **why_p);

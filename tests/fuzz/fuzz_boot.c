@@ -43,6 +43,7 @@ static void fuzz_hello(const uint8_t *d, size_t n)
     int fds[16];
     const char *why = NULL;
     int rank, size;
+    uint16_t purpose;
 
     if (n < AUTH_HELLO_BYTES + 4)
         return;
@@ -57,9 +58,11 @@ static void fuzz_hello(const uint8_t *d, size_t n)
     for (int r = 0; r < size; r++)
         fds[r] = (d[2] >> (r % 8)) & 1 ? 3 : -1;
     fds[rank] = -1;
-    if (boot_hello_check(&hello, d[3] & 1 ? AUTH_PURPOSE_MESH : AUTH_PURPOSE_BOOT, rank, size,
-                         fds, &why) == FLX_OK) {
-        if (hello.rank == rank || hello.rank >= size || fds[hello.rank] >= 0)
+    purpose = d[3] % 3 == 0 ? AUTH_PURPOSE_BOOT : d[3] % 3 == 1 ? AUTH_PURPOSE_MESH
+                                                               : AUTH_PURPOSE_MESH2;
+    if (boot_hello_check(&hello, purpose, rank, size, fds, &why) == FLX_OK) {
+        if (hello.rank == rank || hello.rank >= size || fds[hello.rank] >= 0 ||
+            hello.purpose != purpose || (purpose != AUTH_PURPOSE_BOOT && hello.rank < rank))
             abort(); /* accepted a HELLO the bootstrap must refuse */
     } else if (why == NULL) {
         abort();

@@ -59,7 +59,7 @@ static void fuzz_header(const uint8_t *d, size_t n)
             abort();
         return;
     }
-    if (h.magic != TCP_MAGIC || h.type < TCP_MSG_DATA || h.type > TCP_MSG_BYE)
+    if (h.magic != TCP_MAGIC || h.type < TCP_MSG_DATA || h.type > TCP_MSG_SWITCH)
         abort();
     tag_from(d + TCP_HDR_BYTES, &tag, &len);
     m = tcp_hdr_match(&h, &tag, len);

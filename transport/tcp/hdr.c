@@ -19,7 +19,8 @@ flx_status_t tcp_hdr_decode(const void *buf, size_t len, tcp_hdr_t *hdr_p,
         *why_p = "bad magic";
         return FLX_ERR_PROTOCOL;
     }
-    if (h.type != TCP_MSG_DATA && h.type != TCP_MSG_ERROR && h.type != TCP_MSG_BYE) {
+    if (h.type != TCP_MSG_DATA && h.type != TCP_MSG_ERROR && h.type != TCP_MSG_BYE &&
+        h.type != TCP_MSG_SWITCH) {
         *why_p = "unknown message type";
         return FLX_ERR_PROTOCOL;
     }

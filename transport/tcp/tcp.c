@@ -82,15 +82,18 @@ static void tcp_fail_at(tl_ctx_t *ctx, flx_status_t st, uint32_t seq, const char
         tcp_conn_t *c = &ctx->conns[p];
         /* a message partly written: the notice would land inside it (and
          * a peer that failed itself reads nothing more: no notice either) */
-        int mid_message = (c->sq_head && c->sq_head->done_bytes > 0) || c->errored;
+        int mid_message =
+            (c->sq_head && c->sq_head->done_bytes > 0) || c->switch_sent > 0 || c->errored;
         if (c->fd < 0)
             continue;
         conn_fail_all(c, st);
         /* best effort: tell the peer why, then cut the connection so that
          * every rank notices at once instead of at its timeout */
         if (!mid_message && !c->eof)
-            (void)send(c->fd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
-        shutdown(c->fd, SHUT_RDWR);
+            (void)send(c->wfd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
+        for (int i = 0; i < 2; i++)
+            if (c->sock[i] >= 0)
+                shutdown(c->sock[i], SHUT_RDWR);
     }
 }
 
@@ -178,17 +181,67 @@ static flx_status_t tcp_error(tl_ctx_t *ctx) { return ctx->err; }
 
 static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c);
 
-/* Write as much of the queue as the socket takes.  0 ok, -1 failed. */
+/* A send failed (errno says why, not EAGAIN).  0: only what goes to c
+ * failed (its peer said why it left), -1: the context failed. */
+static int conn_send_failed(tl_ctx_t *ctx, tcp_conn_t *c)
+{
+    /* a failed peer sends its notice, then cuts the connection: the
+     * notice is in our socket before the reset, read it */
+    if (!c->errored) {
+        int err = errno;
+        (void)conn_recv_progress(ctx, c);
+        errno = err;
+    }
+    if (c->errored) { /* it said why it left: fail only what goes there */
+        conn_fail_sends(c, ctx->remote_err);
+        return 0;
+    }
+    if (ctx->err != FLX_OK) /* reading it failed the context: said there */
+        return -1;
+    flx_error(NET, ctx->rank, "send to rank %d failed: %m", c->peer);
+    tcp_fail(ctx, sock_errno_status(errno), "send failed");
+    return -1;
+}
+
+/* Before the first byte of a message that goes on the pair's other
+ * connection: a SWITCH header where the peer reads now.  1: written, wfd
+ * is now the other connection; 0: not yet (the socket is full), or the
+ * peer failed (conn_send_failed); -1: the context failed. */
+static int conn_switch(tl_ctx_t *ctx, tcp_conn_t *c, int to)
+{
+    tcp_hdr_t h;
+    ssize_t w;
+
+    hdr_from_tag(&h, TCP_MSG_SWITCH, NULL, 0);
+    w = send(c->wfd, (char *)&h + c->switch_sent, sizeof(h) - c->switch_sent,
+             MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0)
+        return errno == EAGAIN || errno == EINTR ? 0 : conn_send_failed(ctx, c);
+    c->switch_sent += (size_t)w;
+    if (c->switch_sent < sizeof(h))
+        return 0;
+    c->switch_sent = 0;
+    c->wfd = to;
+    return 1;
+}
+
+/* Write as much of the queue as the sockets take.  0 ok, -1 failed. */
 static int conn_send_progress(tl_ctx_t *ctx, tcp_conn_t *c)
 {
     while (c->sq_head) {
         tl_req_t *r = c->sq_head;
         const size_t hlen = sizeof(tcp_hdr_t);
         size_t total = hlen + r->len;
+        int to = r->len >= TCP_SPLIT_MIN ? c->wfd_long : c->wfd_short;
         struct iovec iov[2];
         int n = 0;
         ssize_t w;
 
+        if (r->done_bytes == 0 && to != c->wfd) {
+            int sw = conn_switch(ctx, c, to);
+            if (sw <= 0)
+                return sw;
+        }
         if (r->done_bytes < hlen) {
             iov[n].iov_base = (char *)r->priv + r->done_bytes;
             iov[n++].iov_len = hlen - r->done_bytes;
@@ -204,27 +257,12 @@ static int conn_send_progress(tl_ctx_t *ctx, tcp_conn_t *c)
          * EPIPE (FLX_ERR_PEER_LOST) instead of a SIGPIPE that kills us */
         {
             struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-            w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+            w = sendmsg(c->wfd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         }
         if (w < 0) {
             if (errno == EAGAIN || errno == EINTR)
                 return 0;
-            /* a failed peer sends its notice, then cuts the connection:
-             * the notice is in our socket before the reset, read it */
-            if (!c->errored) {
-                int err = errno;
-                (void)conn_recv_progress(ctx, c);
-                errno = err;
-            }
-            if (c->errored) { /* it said why it left: fail only what goes there */
-                conn_fail_sends(c, ctx->remote_err);
-                return 0;
-            }
-            if (ctx->err != FLX_OK) /* reading it failed the context: said there */
-                return -1;
-            flx_error(NET, ctx->rank, "send to rank %d failed: %m", c->peer);
-            tcp_fail(ctx, sock_errno_status(errno), "send failed");
-            return -1;
+            return conn_send_failed(ctx, c);
         }
         r->done_bytes += (size_t)w;
         if (r->done_bytes < total)
@@ -426,6 +464,20 @@ static int conn_dispatch_header(tl_ctx_t *ctx, tcp_conn_t *c)
                   why, h->magic, h->type);
         tcp_fail(ctx, FLX_ERR_PROTOCOL, why);
         return -1;
+    }
+    if (h->type == TCP_MSG_SWITCH) { /* its next message is on the other connection */
+        int fd = c->fd;
+        size_t off = c->ra_off, len = c->ra_len;
+        char *ra = c->ra;
+        if (c->fd_alt < 0) {
+            flx_error(NET, ctx->rank, "rank %d switched connections, but this pair has one "
+                      "(FLX_TCP_SOCKETS differs?)", c->peer);
+            tcp_fail(ctx, FLX_ERR_PROTOCOL, "switch without a second connection");
+            return -1;
+        }
+        c->fd = c->fd_alt, c->ra = c->ra_alt, c->ra_off = c->ra_off_alt, c->ra_len = c->ra_len_alt;
+        c->fd_alt = fd, c->ra_alt = ra, c->ra_off_alt = off, c->ra_len_alt = len;
+        return 0;
     }
     if (h->type == TCP_MSG_BYE) {
         c->bye = 1;
@@ -659,6 +711,8 @@ static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c)
     size_t budget = (size_t)16 << 20;
     int drained = 0;
 
+    int fd = c->fd;
+
     while (ctx->err == FLX_OK && !c->parked) {
         int in_payload = c->rreq != NULL || c->runexp != NULL;
         size_t avail = c->ra_len - c->ra_off, want = 0;
@@ -676,6 +730,10 @@ static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c)
                 c->ra_off += want;
                 if (conn_header_bytes(ctx, c, want) != 0)
                     return -1;
+                if (c->fd != fd) { /* a SWITCH: the other socket is not drained */
+                    fd = c->fd;
+                    drained = 0;
+                }
             } else {
                 size_t room;
                 if ((dst = conn_payload_dst(ctx, c, &room)) == NULL)
@@ -794,12 +852,22 @@ static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
     }
     for (int p = 0; p < ctx->size; p++) {
         tcp_conn_t *c = &ctx->conns[p];
+        int split = c->wfd != c->fd; /* sending on the other connection */
         if (c->fd < 0 || c->eof)
             continue;
         ctx->pfds[n].fd = c->fd; /* a parked one: the peer closing, or errors */
-        ctx->pfds[n].events = (short)((c->parked ? POLLRDHUP : POLLIN) | (c->sq_head ? POLLOUT : 0));
+        ctx->pfds[n].events =
+            (short)((c->parked ? POLLRDHUP : POLLIN) | (c->sq_head && !split ? POLLOUT : 0));
         ctx->pfds[n].revents = 0;
+        ctx->pfd_out[n] = 0;
         ctx->pfd_peer[n++] = p;
+        if (split && c->sq_head) {
+            ctx->pfds[n].fd = c->wfd;
+            ctx->pfds[n].events = POLLOUT;
+            ctx->pfds[n].revents = 0;
+            ctx->pfd_out[n] = 1;
+            ctx->pfd_peer[n++] = p;
+        }
     }
     /* spin a little (a reply often comes within microseconds and a sleep
      * costs more than that), yielding the core to other ranks, then sleep */
@@ -828,9 +896,11 @@ static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
     for (int i = 0; i < n && rc > 0; i++) {
         tcp_conn_t *c = &ctx->conns[ctx->pfd_peer[i]];
         short ev = ctx->pfds[i].revents;
-        if (ev & (POLLOUT | POLLERR))
+        if (ev & (POLLOUT | POLLERR | (ctx->pfd_out[i] ? POLLHUP : 0)))
             conn_send_progress(ctx, c);
-        if (c->parked) {
+        if (ctx->pfd_out[i]) {
+            continue;
+        } else if (c->parked) {
             if ((ev & (POLLRDHUP | POLLHUP | POLLERR)) && conn_unpark(ctx, c) != 0)
                 break;
         } else if (ev & (POLLIN | POLLHUP | POLLERR)) {
@@ -854,12 +924,16 @@ static flx_status_t tcp_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t *
     ctx->size = boot->size;
     ctx->cfg = *cfg;
     ctx->conns = calloc((size_t)boot->size, sizeof(*ctx->conns));
-    ctx->pfds = calloc((size_t)boot->size, sizeof(*ctx->pfds));
-    ctx->pfd_peer = calloc((size_t)boot->size, sizeof(*ctx->pfd_peer));
-    ctx->ra_pool = malloc((size_t)boot->size * TCP_READAHEAD);
-    for (int p = 0; ctx->conns && p < boot->size; p++)
-        ctx->conns[p].fd = -1; /* not yet adopted: tcp_destroy leaves it alone */
-    if (ctx->conns == NULL || ctx->pfds == NULL || ctx->pfd_peer == NULL || ctx->ra_pool == NULL) {
+    ctx->pfds = calloc(2 * (size_t)boot->size, sizeof(*ctx->pfds));
+    ctx->pfd_peer = calloc(2 * (size_t)boot->size, sizeof(*ctx->pfd_peer));
+    ctx->pfd_out = calloc(2 * (size_t)boot->size, sizeof(*ctx->pfd_out));
+    ctx->ra_pool = malloc(2 * (size_t)boot->size * TCP_READAHEAD);
+    for (int p = 0; ctx->conns && p < boot->size; p++) { /* not yet adopted: */
+        tcp_conn_t *c = &ctx->conns[p];                   /* tcp_destroy leaves them */
+        c->sock[0] = c->sock[1] = c->fd = c->fd_alt = c->wfd = c->wfd_short = c->wfd_long = -1;
+    }
+    if (ctx->conns == NULL || ctx->pfds == NULL || ctx->pfd_peer == NULL || ctx->pfd_out == NULL ||
+        ctx->ra_pool == NULL) {
         flx_error(NET, ctx->rank, "tcp: no memory for the state of %d connections", boot->size);
         tcp_destroy(ctx);
         return FLX_ERR_NO_MEMORY;
@@ -868,12 +942,23 @@ static flx_status_t tcp_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t *
     for (int p = 0; p < boot->size; p++) {
         tcp_conn_t *c = &ctx->conns[p];
         c->peer = p;
-        c->ra = ctx->ra_pool + (size_t)p * TCP_READAHEAD;
-        c->fd = p == boot->rank ? -1 : boot_take_fd(boot, p);
-        if (c->fd >= 0) {
-            sock_set_nodelay(c->fd);
-            sock_set_bufsize(c->fd, cfg->tcp_sockbuf);
+        c->ra = ctx->ra_pool + (size_t)(2 * p) * TCP_READAHEAD;
+        c->ra_alt = c->ra + TCP_READAHEAD;
+        if (p == boot->rank)
+            continue;
+        c->sock[0] = boot_take_fd(boot, p, 1);
+        c->sock[1] = boot->lanes == 2 ? boot_take_fd(boot, p, 2) : -1;
+        for (int i = 0; i < 2; i++) {
+            if (c->sock[i] >= 0) {
+                sock_set_nodelay(c->sock[i]);
+                sock_set_bufsize(c->sock[i], cfg->tcp_sockbuf);
+            }
         }
+        /* the peer's messages come on the first until it switches */
+        c->fd = c->wfd = c->wfd_short = c->wfd_long = c->sock[0];
+        c->fd_alt = c->sock[1];
+        if (c->sock[1] >= 0 && boot->rank > p) /* the higher rank's long ones: the second */
+            c->wfd_long = c->sock[1];
     }
     *ctx_p = ctx;
     return FLX_OK;
@@ -896,30 +981,38 @@ static void tcp_destroy(tl_ctx_t *ctx)
     hdr_from_tag(&bye, TCP_MSG_BYE, NULL, 0);
     for (int p = 0; p < ctx->size; p++) {
         tcp_conn_t *c = &ctx->conns[p];
-        if (c->fd < 0)
-            continue;
-        if (ctx->err == FLX_OK && !c->eof) {
-            (void)sock_send_all(c->fd, &bye, sizeof(bye), deadline);
-            shutdown(c->fd, SHUT_WR);
-            open++;
-        } else {
-            c->eof = 1;
+        int live = ctx->err == FLX_OK && !c->eof && c->fd >= 0;
+        if (live) /* where the peer reads now */
+            (void)sock_send_all(c->wfd, &bye, sizeof(bye), deadline);
+        for (int i = 0; i < 2; i++) {
+            if (c->sock[i] < 0)
+                continue;
+            if (live) {
+                shutdown(c->sock[i], SHUT_WR);
+                open++;
+            } else {
+                close(c->sock[i]);
+                c->sock[i] = -1;
+            }
         }
     }
     while (open > 0 && flx_time_now() < deadline) {
         char sink[4096];
         for (int p = 0; p < ctx->size; p++) {
             tcp_conn_t *c = &ctx->conns[p];
-            struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-            ssize_t n;
-            if (c->fd < 0 || c->eof)
-                continue;
-            if (poll(&pfd, 1, 10) <= 0)
-                continue;
-            n = recv(c->fd, sink, sizeof(sink), 0);
-            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-                c->eof = 1;
-                open--;
+            for (int i = 0; i < 2; i++) {
+                struct pollfd pfd = {.fd = c->sock[i], .events = POLLIN};
+                ssize_t n;
+                if (c->sock[i] < 0)
+                    continue;
+                if (poll(&pfd, 1, 10) <= 0)
+                    continue;
+                n = recv(c->sock[i], sink, sizeof(sink), 0);
+                if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+                    close(c->sock[i]);
+                    c->sock[i] = -1;
+                    open--;
+                }
             }
         }
     }
@@ -932,14 +1025,16 @@ static void tcp_destroy(tl_ctx_t *ctx)
             free(u);
             u = next;
         }
-        if (c->fd >= 0)
-            close(c->fd);
+        for (int i = 0; i < 2; i++)
+            if (c->sock[i] >= 0)
+                close(c->sock[i]);
     }
 out_free:
     free(ctx->ra_pool);
     free(ctx->conns);
     free(ctx->pfds);
     free(ctx->pfd_peer);
+    free(ctx->pfd_out);
     free(ctx);
 }
 

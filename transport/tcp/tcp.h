@@ -1,5 +1,22 @@
-/* tcp.h -- internals of the tcp backend: one non-blocking socket per peer,
- * a send queue and a receive state machine per connection.
+/* tcp.h -- internals of the tcp backend: per peer one non-blocking socket,
+ * or two (FLX_TCP_SOCKETS=2, the default), a send queue and a receive
+ * state machine.
+ *
+ * Why two: a socket is locked while a call copies into or out of it, and
+ * on loopback the packets a send produces are handed to the peer's
+ * socket in the same call.  With one socket, two ranks exchanging long
+ * messages each hold their end in a long sendmsg while the other's data
+ * arrives for it: that data waits in the socket's backlog until the
+ * sendmsg ends, and the two transfers take turns instead of overlapping
+ * (1 MiB each way: 3x the time).  So of a pair (lo, hi), hi sends its long
+ * messages (TCP_SPLIT_MIN and up) on the second connection; everything
+ * else goes on the first, where a short message's reply carries the
+ * acknowledgement of its request (on a socket used one way only every
+ * short message costs an acknowledgement packet of its own: a microsecond
+ * or more on loopback).  A sender's messages keep their order: before a
+ * message that goes on the other connection it writes a SWITCH header
+ * where it was, and the receiver reads one connection at a time, changing
+ * over at a SWITCH.
  *
  * Every message is a 48-byte header followed by its payload.  Small and
  * large messages take the same path (no per-message handshake): the sender
@@ -14,7 +31,12 @@
 
 #define TCP_MAGIC 0x464c5844u /* "FLXD" */
 
-enum { TCP_MSG_DATA = 1, TCP_MSG_ERROR = 2, TCP_MSG_BYE = 3 };
+/* SWITCH: the sender's next message comes on the pair's other connection */
+enum { TCP_MSG_DATA = 1, TCP_MSG_ERROR = 2, TCP_MSG_BYE = 3, TCP_MSG_SWITCH = 4 };
+
+/* A message this long or longer from the higher rank of a pair goes on the
+ * pair's second connection (when there is one). */
+#define TCP_SPLIT_MIN ((uint64_t)64 << 10)
 
 typedef struct {
     uint32_t magic;
@@ -42,7 +64,12 @@ typedef struct tcp_unexp {
 } tcp_unexp_t;
 
 typedef struct {
-    int fd;
+    int sock[2];              /* the pair's connections (-1: none)      */
+    int fd;                   /* the one the peer's messages come on now */
+    int fd_alt;               /* the other one (-1: a single connection) */
+    int wfd;                  /* the one ours go out on now             */
+    int wfd_short, wfd_long;  /* where short and long ones go           */
+    size_t switch_sent;       /* bytes of a SWITCH header written on wfd */
     int peer;
     int bye;                  /* the peer said goodbye                 */
     int errored;              /* the peer reported its failure         */
@@ -56,8 +83,10 @@ typedef struct {
     size_t rhdr_got;
     tl_req_t *rreq;           /* posted receive taking the payload     */
     tcp_unexp_t *runexp;      /* or the unexpected buffer taking it    */
-    char *ra;                 /* read-ahead buffer (in the ctx's pool)  */
+    char *ra;                 /* read-ahead buffer of fd (ctx's pool)   */
     size_t ra_off, ra_len;    /* [ra_off, ra_len) unused                */
+    char *ra_alt;             /* fd_alt's: what was read past a SWITCH  */
+    size_t ra_off_alt, ra_len_alt; /* waits there for the switch back  */
 } tcp_conn_t;
 
 /* Headers and short payloads are read TCP_READAHEAD bytes at a time into a
@@ -70,9 +99,10 @@ struct tl_ctx {
     int rank;
     int size;
     tcp_conn_t *conns;        /* [size], conns[rank].fd == -1          */
-    struct pollfd *pfds;
-    int *pfd_peer;
-    char *ra_pool;            /* [size] read-ahead buffers              */
+    struct pollfd *pfds;      /* [2 * size]: a connection's fd, and its wfd */
+    int *pfd_peer;            /* when that is another socket with sends  */
+    char *pfd_out;            /* queued (pfd_out[i] 1)                   */
+    char *ra_pool;            /* [2 * size] read-ahead buffers          */
     flx_status_t err;         /* this rank failed: everything fails     */
     int remote_failed;        /* a peer failed at collective remote_seq: */
     uint32_t remote_seq;      /* that one and later ones fail here too   */
