@@ -66,9 +66,10 @@ static const cfg_field_t cfg_table[] = {
      "only after that is read into a buffer of its own; 0 buffers it at once; at most 1s (a "
      "failure notice behind a parked message waits as long)",
      CFG_TIME, OFF(tcp_park_s), 0, 0, 1, NULL},
-    {"TCP_SOCKETS", "2", "tcp: connections per pair of ranks: 2 = one for each direction, so that "
-     "the two ranks' sends never wait on one socket's lock (an exchange of 1 MiB each way took a "
-     "third of the time on loopback), 1 = one for both (half the sockets); the same on every rank",
+    {"TCP_SOCKETS", "2", "tcp: connections per pair of ranks: 2 = the higher rank's messages of "
+     "64 KiB and up go on a second one, so two long sends never wait on one socket's lock (an "
+     "exchange of 1 MiB each way took a third of the time on loopback), 1 = one for everything "
+     "(half the sockets); the same on every rank",
      CFG_INT, OFF(tcp_sockets), 0, 1, 2, NULL},
     {"CALIBRATE", "yes", "measure alpha and beta when a communicator is created", CFG_BOOL,
      OFF(calibrate), 0, 0, 0, NULL},

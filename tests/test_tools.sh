@@ -20,7 +20,11 @@ echo "$out" | grep -q "busy-poll 50 us" && fail "1 rank took the short spin: $ou
 "$top/flx-info" | grep -q "build features: tcp" || fail "flx-info has no feature line"
 "$top/flx-info" | grep -q "^# flex defaults: weight 0.6, gain floor 0.45" ||
     fail "flx-info does not show flex's defaults"
-for knob in FLX_TIMEOUT FLX_ALGO FLX_JOB_SECRET FLX_ROOT FLX_CHUNK_SIZE FLX_LOG_LEVEL; do
+"$top/flx-info" | grep -q "^# transports: tcp (2 connections per pair of ranks" ||
+    fail "flx-info does not show the tcp connections per pair"
+FLX_TCP_SOCKETS=1 "$top/flx-info" | grep -q "^# transports: tcp (1 connection per pair of ranks" ||
+    fail "flx-info does not follow FLX_TCP_SOCKETS=1"
+for knob in FLX_TIMEOUT FLX_ALGO FLX_JOB_SECRET FLX_ROOT FLX_CHUNK_SIZE FLX_LOG_LEVEL FLX_TCP_SOCKETS; do
     "$top/flx-info" -c | grep -q "^$knob=" || fail "flx-info -c does not list $knob"
 done
 FLX_TIMEOUT=never "$top/flx-info" -c >/dev/null 2>&1 && fail "flx-info accepted FLX_TIMEOUT=never"

@@ -181,7 +181,9 @@ int main(int argc, char **argv)
     }
     printf("# flexcoll %s\n", flx_version_string());
     printf("# build features: %s\n", flx_build_features());
-    printf("# transports: tcp%s\n", strstr(flx_build_features(), "verbs") ? ", ib" : "");
+    printf("# transports: tcp (%d connection%s per pair of ranks, FLX_TCP_SOCKETS)%s\n",
+           cfg.tcp_sockets, cfg.tcp_sockets == 1 ? "" : "s",
+           strstr(flx_build_features(), "verbs") ? ", ib" : "");
     printf("# collectives: allreduce (ring, tree, rd, hd), allgather (ring, rd/Bruck), broadcast "
            "(binomial, chain), reduce_scatter (ring), barrier (dissemination)\n");
     printf("# dtypes: float double half bfloat16 int32 int64; ops: sum prod min max avg\n");
