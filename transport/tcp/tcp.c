@@ -186,9 +186,15 @@ static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c);
 static int conn_send_failed(tl_ctx_t *ctx, tcp_conn_t *c)
 {
     /* a failed peer sends its notice, then cuts the connection: the
-     * notice is in our socket before the reset, read it */
+     * notice is in our socket before the reset, read it.  It goes where
+     * we read (fd); the send may have failed on the other connection,
+     * whose reset nothing orders after the notice: give it a moment. */
     if (!c->errored) {
         int err = errno;
+        if (c->wfd != c->fd && !c->eof && !c->parked) {
+            struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+            (void)poll(&pfd, 1, 100);
+        }
         (void)conn_recv_progress(ctx, c);
         errno = err;
     }
@@ -982,7 +988,8 @@ static void tcp_destroy(tl_ctx_t *ctx)
     for (int p = 0; p < ctx->size; p++) {
         tcp_conn_t *c = &ctx->conns[p];
         int live = ctx->err == FLX_OK && !c->eof && c->fd >= 0;
-        if (live) /* where the peer reads now */
+        int mid_message = (c->sq_head && c->sq_head->done_bytes > 0) || c->switch_sent > 0;
+        if (live && !mid_message) /* where the peer reads now */
             (void)sock_send_all(c->wfd, &bye, sizeof(bye), deadline);
         for (int i = 0; i < 2; i++) {
             if (c->sock[i] < 0)
@@ -996,23 +1003,33 @@ static void tcp_destroy(tl_ctx_t *ctx)
             }
         }
     }
+    /* every open socket in one poll (pfd_out[k] holds the socket's index here) */
     while (open > 0 && flx_time_now() < deadline) {
         char sink[4096];
+        int n = 0;
         for (int p = 0; p < ctx->size; p++) {
-            tcp_conn_t *c = &ctx->conns[p];
             for (int i = 0; i < 2; i++) {
-                struct pollfd pfd = {.fd = c->sock[i], .events = POLLIN};
-                ssize_t n;
-                if (c->sock[i] < 0)
+                if (ctx->conns[p].sock[i] < 0)
                     continue;
-                if (poll(&pfd, 1, 10) <= 0)
-                    continue;
-                n = recv(c->sock[i], sink, sizeof(sink), 0);
-                if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-                    close(c->sock[i]);
-                    c->sock[i] = -1;
-                    open--;
-                }
+                ctx->pfds[n].fd = ctx->conns[p].sock[i];
+                ctx->pfds[n].events = POLLIN;
+                ctx->pfds[n].revents = 0;
+                ctx->pfd_peer[n] = p;
+                ctx->pfd_out[n++] = (char)i;
+            }
+        }
+        if (poll(ctx->pfds, (nfds_t)n, 10) <= 0)
+            continue;
+        for (int k = 0; k < n; k++) {
+            int *sock = &ctx->conns[ctx->pfd_peer[k]].sock[(int)ctx->pfd_out[k]];
+            ssize_t got;
+            if (ctx->pfds[k].revents == 0)
+                continue;
+            got = recv(*sock, sink, sizeof(sink), 0);
+            if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+                close(*sock);
+                *sock = -1;
+                open--;
             }
         }
     }

@@ -99,9 +99,10 @@ struct tl_ctx {
     int rank;
     int size;
     tcp_conn_t *conns;        /* [size], conns[rank].fd == -1          */
-    struct pollfd *pfds;      /* [2 * size]: a connection's fd, and its wfd */
-    int *pfd_peer;            /* when that is another socket with sends  */
-    char *pfd_out;            /* queued (pfd_out[i] 1)                   */
+    struct pollfd *pfds;      /* [2 * size]: each peer's fd, and its wfd  */
+                              /* when that differs and sends are queued   */
+    int *pfd_peer;            /* the peer of pfds[i]                      */
+    char *pfd_out;            /* 1: pfds[i] is such a wfd (POLLOUT only)  */
     char *ra_pool;            /* [2 * size] read-ahead buffers          */
     flx_status_t err;         /* this rank failed: everything fails     */
     int remote_failed;        /* a peer failed at collective remote_seq: */
