@@ -5,8 +5,12 @@
  * Odd first byte: the whole receive path of the tcp backend (tl_tcp_ops
  * over a socketpair, rank 0 of 2): the next bytes describe up to four
  * receives posted before the stream arrives and one posted after it; the
- * rest is the byte stream peer 1 "sent" (headers and payloads).  Any
- * out-of-bounds write into a receive buffer or leak is a finding. */
+ * rest is the byte stream peer 1 "sent" (headers and payloads).  With
+ * bit 7 of that first byte the pair has two connections (FLX_TCP_SOCKETS=2:
+ * peer 1, the higher rank, may SWITCH between them) and the stream is cut
+ * in two at a point bits 2-6 choose: the first part comes on the first
+ * connection, the rest on the second.  Any out-of-bounds write into a
+ * receive buffer or leak is a finding. */
 #include "transport/tcp/hdr.h"
 #include "transport/boot.h"
 
@@ -71,28 +75,36 @@ static void fuzz_header(const uint8_t *d, size_t n)
 
 static void fuzz_stream(const uint8_t *d, size_t n)
 {
-    int sv[2], fds[2];
+    int sv[2], sv2[2] = {-1, -1}, fds[2], fds2[2] = {-1, -1};
     boot_t boot;
     tl_ctx_t *ctx;
     tl_req_t reqs[FUZZ_RECVS];
     uint8_t *bufs[FUZZ_RECVS] = {NULL};
     int posted[FUZZ_RECVS] = {0};
-    int nrecv;
-    size_t off = 0;
+    int nrecv, lanes;
+    unsigned cut;
+    size_t off = 0, split;
 
     if (n < 1 + 7 * FUZZ_RECVS)
         return;
     nrecv = 1 + d[0] % (FUZZ_RECVS - 1);
+    lanes = d[0] & 0x80 ? 2 : 1;
+    cut = (d[0] >> 2) & 0x1f;
     d++;
     n--;
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv) != 0)
         abort();
+    if (lanes == 2 && socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv2) != 0)
+        abort();
     fds[0] = -1;
     fds[1] = sv[0];
+    fds2[1] = sv2[0];
     memset(&boot, 0, sizeof(boot));
     boot.rank = 0;
     boot.size = 2;
     boot.fds = fds;
+    boot.fds2 = fds2;
+    boot.lanes = lanes;
     if (tl_tcp_ops.create(&boot, &fuzz_cfg, &ctx) != FLX_OK)
         abort();
     for (int i = 0; i < FUZZ_RECVS; i++) {
@@ -107,13 +119,22 @@ static void fuzz_stream(const uint8_t *d, size_t n)
     }
     d += 7 * FUZZ_RECVS;
     n -= 7 * FUZZ_RECVS;
-    while (off < n) {
-        ssize_t w = write(sv[1], d + off, n - off);
+    split = lanes == 2 ? n * cut / 31 : n;
+    while (off < split) {
+        ssize_t w = write(sv[1], d + off, split - off);
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+    for (off = split; off < n;) {
+        ssize_t w = write(sv2[1], d + off, n - off);
         if (w <= 0)
             break;
         off += (size_t)w;
     }
     shutdown(sv[1], SHUT_WR);
+    if (lanes == 2)
+        shutdown(sv2[1], SHUT_WR);
     for (int round = 0; round < 8 && tl_tcp_ops.error(ctx) == FLX_OK; round++)
         (void)tl_tcp_ops.progress(ctx, 0);
     {   /* a receive posted after its message may have arrived */
@@ -125,8 +146,10 @@ static void fuzz_stream(const uint8_t *d, size_t n)
         for (int round = 0; round < 4 && tl_tcp_ops.error(ctx) == FLX_OK; round++)
             (void)tl_tcp_ops.progress(ctx, 0);
     }
-    tl_tcp_ops.destroy(ctx); /* closes sv[0] */
+    tl_tcp_ops.destroy(ctx); /* closes sv[0] and sv2[0] */
     close(sv[1]);
+    if (lanes == 2)
+        close(sv2[1]);
     for (int i = 0; i < FUZZ_RECVS; i++) {
         if (posted[i] && reqs[i].complete && reqs[i].status == FLX_OK &&
             reqs[i].done_bytes > reqs[i].len)
