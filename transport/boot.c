@@ -396,8 +396,11 @@ static flx_status_t boot_agree_lanes(boot_t *boot)
     uint32_t mine = htonl((uint32_t)boot->lanes), *all = calloc((size_t)boot->size, sizeof(*all));
     flx_status_t st;
 
-    if (all == NULL)
+    if (all == NULL) {
+        flx_error(INIT, boot->rank, "bootstrap: no memory for %d ranks' connection counts",
+                  boot->size);
         return FLX_ERR_NO_MEMORY;
+    }
     st = boot_allgather(boot, &mine, all, sizeof(mine));
     for (int r = 0; r < boot->size && st == FLX_OK; r++) {
         if (all[r] == mine)
