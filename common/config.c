@@ -28,6 +28,7 @@ typedef struct {
 
 static const char *const net_choices[] = {"auto", "tcp", "ib", NULL};
 static const char *const algo_choices[] = {"auto", "ring", "tree", "rd", "hd", NULL};
+static const char *const tcp_sockets_choices[] = {"auto", "1", "2", NULL}; /* index = count */
 
 #define OFF(f) offsetof(flx_config_t, f)
 #define SZ(f) sizeof(((flx_config_t *)0)->f)
@@ -66,11 +67,12 @@ static const cfg_field_t cfg_table[] = {
      "only after that is read into a buffer of its own; 0 buffers it at once; at most 1s (a "
      "failure notice behind a parked message waits as long)",
      CFG_TIME, OFF(tcp_park_s), 0, 0, 1, NULL},
-    {"TCP_SOCKETS", "2", "tcp: connections per pair of ranks: 2 = the higher rank's messages of "
-     "64 KiB and up go on a second one, so two long sends never wait on one socket's lock (an "
-     "exchange of 1 MiB each way took a third of the time on loopback), 1 = one for everything "
-     "(half the sockets); the same on every rank",
-     CFG_INT, OFF(tcp_sockets), 0, 1, 2, NULL},
+    {"TCP_SOCKETS", "auto", "tcp: connections per pair of ranks: auto|1|2; 2 = the higher rank's "
+     "messages of 64 KiB and up go on a second one, so two long sends never wait on one socket's "
+     "lock (an exchange of 1 MiB each way took a third of the time on loopback), 1 = one for "
+     "everything (half the sockets), auto = 2 unless a rank's open-file limit (raised up to its "
+     "hard limit) holds only 1; the same on every rank",
+     CFG_ENUM, OFF(tcp_sockets), 0, 0, 0, tcp_sockets_choices},
     {"CALIBRATE", "yes", "measure alpha and beta when a communicator is created", CFG_BOOL,
      OFF(calibrate), 0, 0, 0, NULL},
     {"ALPHA", "0", "fixed link latency for the cost model (0: measured)", CFG_TIME, OFF(alpha_s), 0,

@@ -25,7 +25,7 @@ typedef struct {
     size_t chunk_size;          /* FLX_CHUNK_SIZE, bytes */
     size_t tcp_sockbuf;         /* FLX_TCP_SOCKBUF, bytes, 0 = kernel */
     double tcp_park_s;          /* FLX_TCP_PARK, 0 = buffer early messages at once */
-    int tcp_sockets;            /* FLX_TCP_SOCKETS: data connections per pair, 1 or 2 */
+    int tcp_sockets;            /* FLX_TCP_SOCKETS: connections per pair, 0 auto, 1 or 2 */
     int calibrate;              /* FLX_CALIBRATE */
     double alpha_s;             /* FLX_ALPHA, 0 = measure */
     double beta;                /* FLX_BETA bytes/s, 0 = measure */

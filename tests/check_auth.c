@@ -7,6 +7,7 @@
  * too, not only that the two library halves agree with each other. */
 #include "common/time.h"
 #include "transport/auth.h"
+#include "transport/boot_msg.h"
 
 #include <arpa/inet.h>
 #include <check.h>
@@ -588,11 +589,98 @@ START_TEST(test_peer_hangs_up)
 }
 END_TEST
 
+/* ---- connections per pair and the open-file limit (boot_msg.c) ---------- */
+
+START_TEST(test_fd_need)
+{
+    /* a member of 5 ranks with 10 open (its rendezvous connection among
+     * them): 3 more for one connection per pair, 7 more for two */
+    ck_assert_int_eq(boot_fd_need(3, 5, 1, 10), 10 + 3 + BOOT_FD_SPARE);
+    ck_assert_int_eq(boot_fd_need(3, 5, 2, 10), 10 + 7 + BOOT_FD_SPARE);
+    /* the root already holds all 4 of lane 1's */
+    ck_assert_int_eq(boot_fd_need(0, 5, 1, 10), 10 + BOOT_FD_SPARE);
+    ck_assert_int_eq(boot_fd_need(0, 5, 2, 10), 10 + 4 + BOOT_FD_SPARE);
+    ck_assert_int_eq(boot_fd_need(0, 1, 2, 10), 10 + BOOT_FD_SPARE);
+    /* 1000 ranks: two connections to 999 peers */
+    ck_assert_int_eq(boot_fd_need(7, 1000, 2, 12), 12 + 1997 + BOOT_FD_SPARE);
+    ck_assert_int_eq(boot_fd_fit(3, 5, 10, 10 + 7 + BOOT_FD_SPARE), 2);
+    ck_assert_int_eq(boot_fd_fit(3, 5, 10, 10 + 6 + BOOT_FD_SPARE), 1);
+    ck_assert_int_eq(boot_fd_fit(3, 5, 10, 10 + 3 + BOOT_FD_SPARE), 1);
+    ck_assert_int_eq(boot_fd_fit(3, 5, 10, 10 + 2 + BOOT_FD_SPARE), 0);
+    ck_assert_int_eq(boot_fd_fit(3, 5, 10, 1024), 2);
+}
+END_TEST
+
+static void fds_set(boot_wire_fds_t *e, uint32_t want, uint32_t fit)
+{
+    e->want = htonl(want);
+    e->fit = htonl(fit);
+    e->limit = htonl(64);
+    e->need = htonl(100);
+}
+
+START_TEST(test_fds_decide)
+{
+    boot_wire_fds_t all[4];
+    int lanes, who;
+
+    for (int r = 0; r < 4; r++)
+        fds_set(&all[r], 0, 2);
+    ck_assert_int_eq(boot_fds_decide(all, 4, 0, &lanes, &who), FLX_OK);
+    ck_assert_int_eq(lanes, 2);
+    ck_assert_int_eq(who, -1);
+    /* auto: one rank that holds only one connection per pair takes everyone to one */
+    fds_set(&all[2], 0, 1);
+    fds_set(&all[3], 0, 1);
+    ck_assert_int_eq(boot_fds_decide(all, 4, 0, &lanes, &who), FLX_OK);
+    ck_assert_int_eq(lanes, 1);
+    ck_assert_int_eq(who, 2);
+    /* ... and one that holds none fails the job, naming it */
+    fds_set(&all[3], 0, 0);
+    ck_assert_int_eq(boot_fds_decide(all, 4, 0, &lanes, &who), FLX_ERR_SYSTEM);
+    ck_assert_int_eq(who, 3);
+    fds_set(&all[1], 0, 0);
+    ck_assert_int_eq(boot_fds_decide(all, 4, 0, &lanes, &who), FLX_ERR_SYSTEM);
+    ck_assert_int_eq(who, 1);
+    /* explicit 2: a rank that holds only one fails the job */
+    for (int r = 0; r < 4; r++)
+        fds_set(&all[r], 2, 2);
+    ck_assert_int_eq(boot_fds_decide(all, 4, 2, &lanes, &who), FLX_OK);
+    ck_assert_int_eq(lanes, 2);
+    fds_set(&all[1], 2, 1);
+    ck_assert_int_eq(boot_fds_decide(all, 4, 2, &lanes, &who), FLX_ERR_SYSTEM);
+    ck_assert_int_eq(who, 1);
+    /* explicit 1 fits where one does */
+    for (int r = 0; r < 4; r++)
+        fds_set(&all[r], 1, 1);
+    ck_assert_int_eq(boot_fds_decide(all, 4, 1, &lanes, &who), FLX_OK);
+    ck_assert_int_eq(lanes, 1);
+    ck_assert_int_eq(who, -1);
+    /* wants differ: mismatch, naming the first that differs from mine */
+    fds_set(&all[2], 2, 2);
+    ck_assert_int_eq(boot_fds_decide(all, 4, 1, &lanes, &who), FLX_ERR_MISMATCH);
+    ck_assert_int_eq(who, 2);
+    ck_assert_int_eq(boot_fds_decide(all, 4, 2, &lanes, &who), FLX_ERR_MISMATCH);
+    ck_assert_int_eq(who, 0);
+    fds_set(&all[2], 0, 2); /* auto against explicit 1 */
+    ck_assert_int_eq(boot_fds_decide(all, 4, 1, &lanes, &who), FLX_ERR_MISMATCH);
+    ck_assert_int_eq(who, 2);
+    /* out of range: a protocol error, before anything else */
+    fds_set(&all[2], 3, 2);
+    ck_assert_int_eq(boot_fds_decide(all, 4, 1, &lanes, &who), FLX_ERR_PROTOCOL);
+    ck_assert_int_eq(who, 2);
+    fds_set(&all[2], 1, 7);
+    ck_assert_int_eq(boot_fds_decide(all, 4, 1, &lanes, &who), FLX_ERR_PROTOCOL);
+    ck_assert_int_eq(who, 2);
+}
+END_TEST
+
 static Suite *auth_suite(void)
 {
     Suite *s = suite_create("auth");
     TCase *th = tcase_create("hello");
     TCase *tx = tcase_create("handshake");
+    TCase *tf = tcase_create("fds");
 
     tcase_set_timeout(th, 30);
     tcase_add_test(th, test_hello_encode_layout);
@@ -614,6 +702,11 @@ static Suite *auth_suite(void)
     tcase_add_test(tx, test_handshake_bad_rank);
     tcase_add_test(tx, test_peer_hangs_up);
     suite_add_tcase(s, tx);
+
+    tcase_set_timeout(tf, 30);
+    tcase_add_test(tf, test_fd_need);
+    tcase_add_test(tf, test_fds_decide);
+    suite_add_tcase(s, tf);
     return s;
 }
 

@@ -237,7 +237,7 @@ START_TEST(test_load_defaults)
     ck_assert(cfg.alpha_s == 0 && cfg.beta == 0);
     ck_assert(fabs(cfg.spin_s - 2e-3) < 1e-12);
     ck_assert(fabs(cfg.tcp_park_s - 10e-3) < 1e-12);
-    ck_assert_int_eq(cfg.tcp_sockets, 2);
+    ck_assert_int_eq(cfg.tcp_sockets, 0); /* auto */
     ck_assert_int_eq(cfg.log_level, FLX_LOG_WARN);
     ck_assert_uint_eq(cfg.log_subsys, ~0u);
 }
@@ -302,6 +302,22 @@ START_TEST(test_load_overrides)
 END_TEST
 
 /* each malformed value alone makes the load fail and leaves *cfg_p alone */
+/* FLX_TCP_SOCKETS: auto, 1 or 2, stored as the count (0 for auto) */
+START_TEST(test_load_tcp_sockets)
+{
+    static const struct { const char *value; int count; } cases[] = {
+        {"auto", 0}, {"1", 1}, {"2", 2}};
+    flx_config_t cfg;
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        setenv("FLX_TCP_SOCKETS", cases[i].value, 1);
+        ck_assert_int_eq(flx_config_load(&cfg), FLX_OK);
+        ck_assert_int_eq(cfg.tcp_sockets, cases[i].count);
+    }
+    unsetenv("FLX_TCP_SOCKETS");
+}
+END_TEST
+
 START_TEST(test_load_malformed)
 {
     static const struct { const char *name, *value; } bad[] = {
@@ -543,6 +559,7 @@ static Suite *config_suite(void)
     tcase_add_checked_fixture(tl, setup, teardown);
     tcase_add_test(tl, test_load_defaults);
     tcase_add_test(tl, test_load_overrides);
+    tcase_add_test(tl, test_load_tcp_sockets);
     tcase_add_test(tl, test_load_malformed);
     tcase_add_test(tl, test_config_set);
     tcase_add_test(tl, test_config_print);

@@ -4,11 +4,15 @@
 #include "tests/mp.h"
 #include "collectives/comm.h"
 #include "common/time.h"
+#include "common/util.h"
 #include "transport/auth.h"
+#include "transport/boot_msg.h"
 #include "transport/sock.h"
 
 #include <arpa/inet.h>
 #include <check.h>
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -929,6 +933,115 @@ START_TEST(test_sockets_differ)
 }
 END_TEST
 
+/* ---- the open-file limit ----------------------------------------------------- */
+
+/* Descriptors open in this process, and how many of them are sockets. */
+static int fds_open(int *sockets_p)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int n = 0, sockets = 0;
+
+    if (d == NULL)
+        return -1;
+    while ((e = readdir(d)) != NULL) {
+        char path[300], link[64];
+        ssize_t len;
+        if (e->d_name[0] == '.')
+            continue;
+        n++;
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        len = readlink(path, link, sizeof(link) - 1);
+        sockets += len > 7 && strncmp(link, "socket:", 7) == 0;
+    }
+    closedir(d);
+    *sockets_p = sockets;
+    return n - 1; /* the directory's own */
+}
+
+/* Rank FD_LIMITED (the root in case 4) runs under a soft and hard
+ * RLIMIT_NOFILE that holds: case 0 one connection per pair but not two
+ * (FLX_TCP_SOCKETS auto: the job forms with one, every rank holding N - 1
+ * data sockets); case 1 the same with FLX_TCP_SOCKETS=2 (every rank fails
+ * with FLX_ERR_SYSTEM at once); case 2 not even one (auto: the same);
+ * case 3 no limit (two, 2(N - 1) sockets); case 4 the root's limit cannot
+ * hold the rendezvous (it fails at its first accept that hits EMFILE, at
+ * once, instead of polling until FLX_CONNECT_TIMEOUT; the others fail). */
+enum { FD_RANKS = 5, FD_LIMITED = 3 };
+
+static int raw_fd_limit(int rank, int size, const char *root, void *arg)
+{
+    const int c = *(const int *)arg, limited = c == 4 ? 0 : FD_LIMITED;
+    int before_sockets, after_sockets, lanes = c == 3 ? 2 : 1;
+    long open_now = fds_open(&before_sockets);
+    double t0 = flx_time_now();
+    flx_comm_h comm;
+    flx_status_t st;
+
+    if (open_now < 0)
+        return mp_fail(rank, "cannot read /proc/self/fd");
+    setenv("FLX_TCP_SOCKETS", c == 1 ? "2" : "auto", 1);
+    if (rank == limited && c != 3) {
+        /* after the rendezvous: its listener and connection(s) more */
+        long after = open_now + 1 + (rank == 0 ? size - 1 : 1);
+        long need1 = boot_fd_need(rank, size, 1, after);
+        struct rlimit rl;
+        rl.rlim_cur = rl.rlim_max = (rlim_t)(c == 0 || c == 1 ? need1 + 2
+                                             : c == 2 ? need1 - 2 : open_now + 2);
+        if (boot_fd_need(rank, size, 2, after) <= (long)rl.rlim_cur)
+            return mp_fail(rank, "the limit %ld would hold two connections per pair",
+                           (long)rl.rlim_cur);
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            return mp_fail(rank, "setrlimit: %s", strerror(errno));
+    }
+    st = mp_comm_create(rank, size, root, &comm);
+    if (c == 1 || c == 2 || (c == 4 && rank == 0)) {
+        if (st == FLX_OK) {
+            flx_comm_destroy(comm);
+            return mp_fail(rank, "case %d: a job formed", c);
+        }
+        if (st != FLX_ERR_SYSTEM)
+            return mp_fail(rank, "case %d: got %s, not FLX_ERR_SYSTEM", c, flx_status_name(st));
+        if (flx_time_now() - t0 > 10)
+            return mp_fail(rank, "case %d: the limit took %.1f s to notice", c,
+                           flx_time_now() - t0);
+        return 0;
+    }
+    if (c == 4) /* the others: whatever the root's going away looks like, an error */
+        return st != FLX_OK ? 0 : mp_fail(rank, "a job formed without its root");
+    if (st != FLX_OK)
+        return mp_fail(rank, "case %d: flx_comm_create: %s", c, flx_status_name(st));
+    if (fds_open(&after_sockets) < 0 || after_sockets - before_sockets != lanes * (size - 1)) {
+        flx_comm_destroy(comm);
+        return mp_fail(rank, "case %d: %d sockets more after flx_comm_create, not %d", c,
+                       after_sockets - before_sockets, lanes * (size - 1));
+    }
+    {
+        float v[70001];
+        for (size_t i = 0; i < FLX_ARRAY_SIZE(v); i++)
+            v[i] = (float)(rank + 1) * (float)(i % 7);
+        st = flx_allreduce(comm, v, v, FLX_ARRAY_SIZE(v), FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING);
+        for (size_t i = 0; i < FLX_ARRAY_SIZE(v) && st == FLX_OK; i++)
+            if (v[i] != (float)(size * (size + 1) / 2) * (float)(i % 7)) {
+                flx_comm_destroy(comm);
+                return mp_fail(rank, "case %d: element %zu is %g", c, i, v[i]);
+            }
+    }
+    flx_comm_destroy(comm);
+    return st == FLX_OK ? 0 : mp_fail(rank, "case %d: allreduce: %s", c, flx_status_name(st));
+}
+
+START_TEST(test_fd_limit)
+{
+    int c = _i;
+
+    setenv("FLX_CONNECT_TIMEOUT", c == 4 ? "5s" : "20s", 1);
+    ck_assert_int_eq(mp_run_raw(FD_RANKS, raw_fd_limit, &c, 60, NULL), 0);
+    unsetenv("FLX_CONNECT_TIMEOUT");
+    unsetenv("FLX_TCP_SOCKETS");
+}
+END_TEST
+
 /* ---- bad arguments leave the communicator working ---------------------------- */
 
 static int body_bad_args(flx_comm_h comm, int rank, int size, void *arg)
@@ -1099,6 +1212,7 @@ int main(void)
     tcase_add_test(tc, test_root_hangs_up);
     tcase_add_test(tc, test_wrong_secret);
     tcase_add_test(tc, test_sockets_differ);
+    tcase_add_loop_test(tc, test_fd_limit, 0, 5);
     tcase_add_test(tc, test_bad_args);
     tcase_add_test(tc, test_bad_env);
     suite_add_tcase(s, tc);

@@ -22,8 +22,12 @@ echo "$out" | grep -q "busy-poll 50 us" && fail "1 rank took the short spin: $ou
     fail "flx-info does not show flex's defaults"
 "$top/flx-info" | grep -q "^# transports: tcp (2 connections per pair of ranks" ||
     fail "flx-info does not show the tcp connections per pair"
+"$top/flx-info" | grep -q "1 where a rank's open-file limit holds only 1" ||
+    fail "flx-info does not say what FLX_TCP_SOCKETS=auto does"
 FLX_TCP_SOCKETS=1 "$top/flx-info" | grep -q "^# transports: tcp (1 connection per pair of ranks" ||
     fail "flx-info does not follow FLX_TCP_SOCKETS=1"
+FLX_TCP_SOCKETS=2 "$top/flx-info" | grep -q "^# transports: tcp (2 connections per pair of ranks, FLX" ||
+    fail "flx-info does not follow FLX_TCP_SOCKETS=2"
 for knob in FLX_TIMEOUT FLX_ALGO FLX_JOB_SECRET FLX_ROOT FLX_CHUNK_SIZE FLX_LOG_LEVEL FLX_TCP_SOCKETS; do
     "$top/flx-info" -c | grep -q "^$knob=" || fail "flx-info -c does not list $knob"
 done

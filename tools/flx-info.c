@@ -181,8 +181,11 @@ int main(int argc, char **argv)
     }
     printf("# flexcoll %s\n", flx_version_string());
     printf("# build features: %s\n", flx_build_features());
-    printf("# transports: tcp (%d connection%s per pair of ranks, FLX_TCP_SOCKETS)%s\n",
-           cfg.tcp_sockets, cfg.tcp_sockets == 1 ? "" : "s",
+    printf("# transports: tcp (%s, FLX_TCP_SOCKETS)%s\n",
+           cfg.tcp_sockets == 0 ? "2 connections per pair of ranks, 1 where a rank's open-file "
+                                  "limit holds only 1"
+           : cfg.tcp_sockets == 1 ? "1 connection per pair of ranks"
+                                  : "2 connections per pair of ranks",
            strstr(flx_build_features(), "verbs") ? ", ib" : "");
     printf("# collectives: allreduce (ring, tree, rd, hd), allgather (ring, rd/Bruck), broadcast "
            "(binomial, chain), reduce_scatter (ring), barrier (dissemination)\n");

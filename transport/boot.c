@@ -7,15 +7,42 @@
 #include "common/util.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <sched.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+/* Descriptors this process has open (/proc/self/fd), -1 if unknown. */
+static long boot_open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    long n = 0;
+
+    if (d == NULL)
+        return -1;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* the directory's own */
+}
+
+/* The soft limit on open files, LONG_MAX if none. */
+static long boot_nofile(struct rlimit *rl)
+{
+    if (getrlimit(RLIMIT_NOFILE, rl) != 0)
+        return LONG_MAX;
+    return rl->rlim_cur == RLIM_INFINITY || rl->rlim_cur > LONG_MAX ? LONG_MAX
+                                                                    : (long)rl->rlim_cur;
+}
 
 /* Accepted connections still in their handshake.  They wait side by side,
  * each until its own deadline (FLX_HANDSHAKE_TIMEOUT after its accept), and
@@ -85,15 +112,22 @@ static void waiting_make_room(boot_t *boot, boot_waiting_t *w)
 /* Take the connections the listener has, at most a quarter of the set per
  * round, so that the waiting ones' handshakes run between the rounds of a
  * flood; room is made as above. */
-static void waiting_accept(boot_t *boot, int lfd, boot_waiting_t *w, double deadline)
+static flx_status_t waiting_accept(boot_t *boot, int lfd, boot_waiting_t *w, double deadline)
 {
     for (int taken = 0; taken < BOOT_MAX_WAITING / 4; taken++) {
         struct sockaddr_in peer;
         socklen_t plen = sizeof(peer);
         int fd = accept4(lfd, (struct sockaddr *)&peer, &plen, SOCK_CLOEXEC | SOCK_NONBLOCK);
 
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
+            struct rlimit rl; /* the connection stays queued: polling again would spin */
+            flx_error(INIT, boot->rank, "bootstrap: cannot accept a connection: %m (this "
+                      "process may open %ld files, RLIMIT_NOFILE; raise it with ulimit -n)",
+                      boot_nofile(&rl));
+            return FLX_ERR_SYSTEM;
+        }
         if (fd < 0)
-            return; /* EAGAIN, or an error the next poll reports again */
+            return FLX_OK; /* EAGAIN, or an error the next poll reports again */
         if (w->n == BOOT_MAX_WAITING)
             waiting_make_room(boot, w);
         sock_set_nodelay(fd);
@@ -105,6 +139,7 @@ static void waiting_accept(boot_t *boot, int lfd, boot_waiting_t *w, double dead
         w->c[w->n].deadline = FLX_MIN(flx_time_now() + boot->cfg.handshake_timeout_s, deadline);
         w->n++;
     }
+    return FLX_OK;
 }
 
 /* One step of entry i's handshake, its bytes being there.  1: entry i
@@ -171,8 +206,11 @@ static flx_status_t boot_next_peer(boot_t *boot, int lfd, boot_waiting_t *w, dou
         for (int i = nfds - 2; i >= 0; i--)
             if (pfds[i].revents && waiting_step(boot, w, i, fd_p, peer_p, hello_p))
                 return FLX_OK;
-        if (pfds[nfds - 1].revents)
-            waiting_accept(boot, lfd, w, deadline);
+        if (pfds[nfds - 1].revents) {
+            flx_status_t st = waiting_accept(boot, lfd, w, deadline);
+            if (st != FLX_OK)
+                return st;
+        }
     }
 }
 
@@ -387,29 +425,97 @@ static flx_status_t boot_mesh(boot_t *boot, int lfd, uint16_t purpose, double de
     return boot_accept_peers(boot, lfd, purpose, boot->size - 1 - boot->rank, deadline);
 }
 
-/* Every rank must want as many connections per pair: one that opens a
- * second connection to a rank that expects none would be refused as a
- * stranger, and one that waits for a second connection would wait until
- * FLX_CONNECT_TIMEOUT. */
-static flx_status_t boot_agree_lanes(boot_t *boot)
+/* Before the rendezvous: raise the soft limit on open files (up to the
+ * hard one) where want connections per pair (auto: 2) would not fit under
+ * it, the listener and the root's rendezvous connections included. */
+static void boot_fd_raise(const boot_t *boot, int want)
 {
-    uint32_t mine = htonl((uint32_t)boot->lanes), *all = calloc((size_t)boot->size, sizeof(*all));
-    flx_status_t st;
+    struct rlimit rl;
+    long open_now = boot_open_fds(), cur = boot_nofile(&rl), need;
+
+    if (open_now < 0)
+        return;
+    /* as it will be after the rendezvous: its connections and the listener open */
+    open_now += 1 + (boot->rank == 0 ? boot->size - 1 : 1);
+    need = boot_fd_need(boot->rank, boot->size, want ? want : 2, open_now);
+    if (cur >= need)
+        return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= (rlim_t)need ? (rlim_t)need
+                                                                               : rl.rlim_max;
+    if ((long)rl.rlim_cur <= cur || setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    flx_info(INIT, boot->rank, "bootstrap: raised the soft limit on open files from %ld to %ld "
+             "(%d ranks)", cur, (long)rl.rlim_cur, boot->size);
+}
+
+/* The ranks agree on the connections per pair before the mesh, over the
+ * rendezvous connections: one that opened a second connection to a rank
+ * that expects none would be refused as a stranger, one that waited for a
+ * second connection would wait until FLX_CONNECT_TIMEOUT, and one whose
+ * open-file limit cannot hold the mesh would fail halfway through it
+ * (accept would fail with EMFILE while its peers wait). */
+static flx_status_t boot_agree_lanes(boot_t *boot, int want)
+{
+    boot_wire_fds_t mine, *all = calloc((size_t)boot->size, sizeof(*all));
+    double deadline = flx_time_now() + boot->cfg.connect_timeout_s;
+    struct rlimit rl;
+    long open_now = boot_open_fds(), limit = boot_nofile(&rl);
+    int lanes, who;
+    flx_status_t st = FLX_OK;
 
     if (all == NULL) {
         flx_error(INIT, boot->rank, "bootstrap: no memory for %d ranks' connection counts",
                   boot->size);
         return FLX_ERR_NO_MEMORY;
     }
-    st = boot_allgather(boot, &mine, all, sizeof(mine));
-    for (int r = 0; r < boot->size && st == FLX_OK; r++) {
-        if (all[r] == mine)
-            continue;
-        flx_error(INIT, boot->rank, "bootstrap: rank %d wants %d connection(s) per pair of ranks "
-                  "and this rank %d (FLX_TCP_SOCKETS; the ib backend uses 1): set FLX_TCP_SOCKETS "
-                  "and FLX_NET alike on every rank", r, (int)ntohl(all[r]), boot->lanes);
-        st = FLX_ERR_MISMATCH; /* one line: the first rank that differs */
+    if (open_now < 0) /* unknown: as if the limit held everything */
+        open_now = 0, limit = LONG_MAX;
+    mine.want = htonl((uint32_t)want);
+    mine.fit = htonl((uint32_t)boot_fd_fit(boot->rank, boot->size, open_now, limit));
+    mine.limit = htonl((uint32_t)FLX_MIN(limit, (long)UINT32_MAX));
+    mine.need = htonl((uint32_t)FLX_MIN(boot_fd_need(boot->rank, boot->size, want ? want : 1,
+                                                     open_now), (long)UINT32_MAX));
+    /* through the root: every member sends its entry, the root all of them back */
+    if (boot->rank == 0) {
+        all[0] = mine;
+        for (int r = 1; r < boot->size && st == FLX_OK; r++)
+            st = sock_recv_all(boot->fds[r], &all[r], sizeof(*all), deadline);
+        for (int r = 1; r < boot->size && st == FLX_OK; r++)
+            st = sock_send_all(boot->fds[r], all, (size_t)boot->size * sizeof(*all), deadline);
+    } else {
+        st = sock_send_all(boot->fds[0], &mine, sizeof(mine), deadline);
+        if (st == FLX_OK)
+            st = sock_recv_all(boot->fds[0], all, (size_t)boot->size * sizeof(*all), deadline);
     }
+    if (st != FLX_OK) {
+        flx_error(INIT, boot->rank, "bootstrap: the exchange of connection counts failed: %s",
+                  flx_status_string(st));
+        free(all);
+        return st;
+    }
+    st = boot_fds_decide(all, boot->size, want, &lanes, &who);
+    if (st == FLX_ERR_MISMATCH) {
+        flx_error(INIT, boot->rank, "bootstrap: rank %d wants %s connection(s) per pair of ranks "
+                  "and this rank %s (FLX_TCP_SOCKETS; the ib backend uses 1): set FLX_TCP_SOCKETS "
+                  "and FLX_NET alike on every rank", who,
+                  ntohl(all[who].want) == 0 ? "auto" : ntohl(all[who].want) == 1 ? "1" : "2",
+                  want == 0 ? "auto" : want == 1 ? "1" : "2");
+    } else if (st == FLX_ERR_SYSTEM) {
+        flx_error(INIT, boot->rank, "bootstrap: rank %d may open %u files (RLIMIT_NOFILE) and "
+                  "needs %u for %d connection(s) to each of the other %d ranks: raise its limit "
+                  "(ulimit -n)%s", who, ntohl(all[who].limit), ntohl(all[who].need),
+                  want ? want : 1, boot->size - 1,
+                  want == 2 && ntohl(all[who].fit) == 1 ? " or set FLX_TCP_SOCKETS=1 or auto" : "");
+    } else if (st == FLX_ERR_PROTOCOL) {
+        flx_error(INIT, boot->rank, "bootstrap: rank %d sent a connection count out of range", who);
+    } else if (who >= 0) {
+        FLX_LOG(boot->rank == 0 ? FLX_LOG_WARN : FLX_LOG_INFO, FLX_SUBSYS_INIT, boot->rank,
+                "bootstrap: rank %d may open %u files (RLIMIT_NOFILE): one tcp connection per "
+                "pair of ranks, not two (FLX_TCP_SOCKETS=auto; raise the limit for two)", who,
+                ntohl(all[who].limit));
+    }
+    if (st == FLX_OK)
+        boot->lanes = lanes;
     free(all);
     return st;
 }
@@ -456,7 +562,7 @@ double boot_spin(const boot_t *boot, double spin_s, const char *backend)
 }
 
 flx_status_t boot_create(int rank, int size, const char *root, const char *secret,
-                         const flx_config_t *cfg, int lanes, boot_t **boot_p)
+                         const flx_config_t *cfg, int want, boot_t **boot_p)
 {
     struct sockaddr_in root_addr;
     double deadline = flx_time_now() + cfg->connect_timeout_s;
@@ -474,7 +580,7 @@ flx_status_t boot_create(int rank, int size, const char *root, const char *secre
     boot->rank = rank;
     boot->size = size;
     boot->cfg = *cfg;
-    boot->lanes = lanes;
+    boot->lanes = 1;
     boot->fds = malloc((size_t)size * sizeof(*boot->fds));
     boot->fds2 = malloc((size_t)size * sizeof(*boot->fds2));
     boot->addrs = calloc((size_t)size, sizeof(*boot->addrs));
@@ -499,13 +605,14 @@ flx_status_t boot_create(int rank, int size, const char *root, const char *secre
         if (st != FLX_OK)
             goto err_destroy_boot;
     }
+    boot_fd_raise(boot, want);
     st = rank == 0 ? boot_root(boot, &root_addr, &lfd, deadline)
                    : boot_member(boot, &root_addr, &lfd, deadline);
     if (st == FLX_OK)
-        st = boot_mesh(boot, lfd, AUTH_PURPOSE_MESH, deadline);
+        st = boot_agree_lanes(boot, want);
     if (st == FLX_OK)
-        st = boot_agree_lanes(boot);
-    if (st == FLX_OK && lanes == 2)
+        st = boot_mesh(boot, lfd, AUTH_PURPOSE_MESH, deadline);
+    if (st == FLX_OK && boot->lanes == 2)
         st = boot_mesh(boot, lfd, AUTH_PURPOSE_MESH2, deadline);
     if (lfd >= 0)
         close(lfd);
@@ -514,7 +621,7 @@ flx_status_t boot_create(int rank, int size, const char *root, const char *secre
     if (st != FLX_OK)
         goto err_destroy_boot;
     flx_info(INIT, rank, "bootstrap complete: %d ranks connected through %s, %d connection(s) "
-             "per pair", size, root, lanes);
+             "per pair", size, root, boot->lanes);
     *boot_p = boot;
     return FLX_OK;
 

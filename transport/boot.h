@@ -3,8 +3,9 @@
  *
  *   ranks 1..N-1 --HELLO/auth, data address--> rank 0 (FLX_ROOT)
  *   rank 0 --address table--> everyone
+ *   every rank --connections wanted, open-file limit--> rank 0 --all--> everyone
  *   rank i --auth--> rank j for 0 < j < i; accepts from j > i
- *   with two connections per pair (lanes 2): the ranks agree on it, then
+ *   with two connections per pair (lanes 2):
  *   rank i --auth--> rank j for 0 <= j < i a second time (fds2)
  *
  * Listening sockets are closed as soon as the mesh is complete.  A
@@ -33,11 +34,15 @@ typedef struct boot {
     flx_config_t cfg;
 } boot_t;
 
-/* Collective over all ranks; cfg gives root, secret and timeouts.  lanes
- * (1 or 2): connections per pair of ranks; every rank must ask for the
- * same number (FLX_ERR_MISMATCH, logged, otherwise). */
+/* Collective over all ranks; cfg gives root, secret and timeouts.  want
+ * (0 auto, 1 or 2): connections per pair of ranks; every rank must ask for
+ * the same (FLX_ERR_MISMATCH, logged, otherwise).  Raises the soft limit on
+ * open files up to the hard one where the mesh needs it; a rank whose limit
+ * still cannot hold it makes every rank fail with FLX_ERR_SYSTEM before the
+ * mesh (auto: only if one connection per pair does not fit; two that do
+ * not fit mean one, logged).  boot->lanes is the count agreed. */
 flx_status_t boot_create(int rank, int size, const char *root, const char *secret,
-                         const flx_config_t *cfg, int lanes, boot_t **boot_p);
+                         const flx_config_t *cfg, int want, boot_t **boot_p);
 /* Closes the sockets still owned by the bootstrap. */
 void boot_destroy(boot_t *boot);
 /* Every rank contributes len bytes; all_p (size * len) receives rank r's at

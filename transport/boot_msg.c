@@ -75,3 +75,53 @@ flx_status_t boot_hello_check(const auth_hello_t *hello, uint16_t purpose, int r
     }
     return FLX_OK;
 }
+
+long boot_fd_need(int rank, int size, int lanes, long open_now)
+{
+    long peers = size > 1 ? size - 1 : 0, have = rank == 0 ? peers : peers > 0;
+
+    return open_now + (long)lanes * peers - have + BOOT_FD_SPARE;
+}
+
+int boot_fd_fit(int rank, int size, long open_now, long limit)
+{
+    for (int lanes = 2; lanes > 0; lanes--)
+        if (boot_fd_need(rank, size, lanes, open_now) <= limit)
+            return lanes;
+    return 0;
+}
+
+flx_status_t boot_fds_decide(const boot_wire_fds_t *all, int size, int mine, int *lanes_p,
+                             int *who_p)
+{
+    int lanes = mine == 0 ? 2 : mine, fell = -1;
+
+    *who_p = -1;
+    *lanes_p = 0;
+    for (int r = 0; r < size; r++) {
+        uint32_t want = ntohl(all[r].want), fit = ntohl(all[r].fit);
+        if (want > 2 || fit > 2) {
+            *who_p = r;
+            return FLX_ERR_PROTOCOL;
+        }
+        if ((int)want != mine) {
+            *who_p = r;
+            return FLX_ERR_MISMATCH;
+        }
+    }
+    for (int r = 0; r < size; r++) {
+        int fit = (int)ntohl(all[r].fit);
+        if (fit >= lanes)
+            continue;
+        if (mine != 0 || fit == 0) { /* asked for explicitly, or not even one fits */
+            *who_p = r;
+            return FLX_ERR_SYSTEM;
+        }
+        lanes = fit; /* auto: one connection per pair */
+        if (fell < 0)
+            fell = r;
+    }
+    *lanes_p = lanes;
+    *who_p = fell;
+    return FLX_OK;
+}

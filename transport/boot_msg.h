@@ -37,4 +37,38 @@ flx_status_t boot_table_decode(const void *buf, size_t len, int size,
 flx_status_t boot_hello_check(const auth_hello_t *hello, uint16_t purpose, int rank,
                               int size, const int *fds, const char **why_p);
 
+/* ---- connections per pair and the open-file limit -------------------------
+ * After the rendezvous every rank sends the root what it wants
+ * (FLX_TCP_SOCKETS: 0 auto, 1 or 2; the ib backend 1) and how many
+ * connections per pair its open-file limit holds, and gets every rank's
+ * entry back; every rank then decides alike (boot_fds_decide). */
+#define BOOT_FD_SPARE 16 /* descriptors left to the application at the mesh's peak */
+
+/* One rank's entry on the wire (network byte order, 16 bytes). */
+typedef struct {
+    uint32_t want;  /* 0 auto, 1 or 2                                     */
+    uint32_t fit;   /* most connections per pair its limit holds: 0-2    */
+    uint32_t limit; /* its RLIMIT_NOFILE soft limit (at most UINT32_MAX) */
+    uint32_t need;  /* descriptors it needs with want (auto: 1) per pair */
+} boot_wire_fds_t;
+
+/* Descriptors rank needs open at once for lanes connections to each of the
+ * other size - 1 ranks, open_now being open already (the rendezvous
+ * connection(s) and the listener among them: the root's size - 1
+ * rendezvous connections and a member's one to the root become lane 1's
+ * connections to them), plus BOOT_FD_SPARE.  Pure. */
+long boot_fd_need(int rank, int size, int lanes, long open_now);
+/* The most connections per pair (2, 1 or 0) that fit under limit.  Pure. */
+int boot_fd_fit(int rank, int size, long open_now, long limit);
+/* The decision, the same on every rank, from all size entries (wire
+ * order) and this rank's own want:
+ *   FLX_OK, *lanes_p 1 or 2 (auto: 2 unless a rank's limit holds only 1;
+ *     *who_p is then the first such rank, else -1);
+ *   FLX_ERR_MISMATCH: *who_p is the first rank whose want differs from mine;
+ *   FLX_ERR_SYSTEM: *who_p is the first rank whose limit holds fewer
+ *     connections than the job runs with (auto: none);
+ *   FLX_ERR_PROTOCOL: an entry out of range (*who_p: its rank). */
+flx_status_t boot_fds_decide(const boot_wire_fds_t *all, int size, int mine, int *lanes_p,
+                             int *who_p);
+
 #endif

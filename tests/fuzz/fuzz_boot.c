@@ -9,11 +9,13 @@
  *   1  one data address (8 bytes)                  -> boot_addr_decode
  *   2  size byte + address table                   -> boot_table_decode
  *   3  what a connector sends                      -> auth_accept
- *   4  what an acceptor answers                    -> auth_connect */
+ *   4  what an acceptor answers                    -> auth_connect
+ *   5  size, own want + entries (16 bytes each)    -> boot_fds_decide */
 #include "transport/auth.h"
 #include "transport/boot_msg.h"
 #include "common/time.h"
 
+#include <arpa/inet.h>
 #include <sodium.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -108,13 +110,48 @@ static void fuzz_handshake(const uint8_t *d, size_t n, int acceptor)
     close(sv[1]);
 }
 
+/* The connection-count decision on any entries: what it returns must
+ * follow from them. */
+static void fuzz_fds(const uint8_t *d, size_t n)
+{
+    boot_wire_fds_t all[16];
+    int size, mine, lanes, who;
+    flx_status_t st;
+
+    if (n < 2)
+        return;
+    size = 1 + d[0] % 16;
+    mine = d[1] % 3;
+    if (n - 2 < (size_t)size * sizeof(all[0]))
+        return;
+    memcpy(all, d + 2, (size_t)size * sizeof(all[0]));
+    st = boot_fds_decide(all, size, mine, &lanes, &who);
+    if (st == FLX_OK) {
+        if (lanes < 1 || lanes > 2 || (mine != 0 && lanes != mine) || who >= size)
+            abort();
+        for (int r = 0; r < size; r++)
+            if ((int)ntohl(all[r].want) != mine || (int)ntohl(all[r].fit) < lanes)
+                abort();
+        if (who >= 0 && (mine != 0 || lanes != 1 || ntohl(all[who].fit) != 1))
+            abort();
+        return;
+    }
+    if (who < 0 || who >= size)
+        abort();
+    if (st == FLX_ERR_PROTOCOL ? ntohl(all[who].want) <= 2 && ntohl(all[who].fit) <= 2
+        : st == FLX_ERR_MISMATCH ? (int)ntohl(all[who].want) == mine
+        : st == FLX_ERR_SYSTEM ? (int)ntohl(all[who].fit) >= (mine ? mine : 1)
+                               : 1)
+        abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct sockaddr_in addr;
 
     if (size < 1)
         return 0;
-    switch (data[0] % 5) {
+    switch (data[0] % 6) {
     case 0: fuzz_hello(data + 1, size - 1); break;
     case 1:
         if (boot_addr_decode(data + 1, size - 1, &addr) == FLX_OK && addr.sin_port == 0)
@@ -123,6 +160,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 2: fuzz_table(data + 1, size - 1); break;
     case 3: fuzz_handshake(data + 1, size - 1, 1); break;
     case 4: fuzz_handshake(data + 1, size - 1, 0); break;
+    case 5: fuzz_fds(data + 1, size - 1); break;
     }
     return 0;
 }
