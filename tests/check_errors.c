@@ -966,13 +966,16 @@ static int fds_open(int *sockets_p)
  * with FLX_ERR_SYSTEM at once); case 2 not even one (auto: the same);
  * case 3 no limit (two, 2(N - 1) sockets); case 4 the root's limit cannot
  * hold the rendezvous (it fails at its first accept that hits EMFILE, at
- * once, instead of polling until FLX_CONNECT_TIMEOUT; the others fail). */
-enum { FD_RANKS = 5, FD_LIMITED = 3 };
+ * once, instead of polling until FLX_CONNECT_TIMEOUT; the others fail);
+ * case 5 a soft limit below the rendezvous's needs under a high hard one
+ * (raised: two connections per pair, the soft limit at least what two
+ * need). */
+enum { FD_RANKS = 6, FD_LIMITED = 3 };
 
 static int raw_fd_limit(int rank, int size, const char *root, void *arg)
 {
     const int c = *(const int *)arg, limited = c == 4 ? 0 : FD_LIMITED;
-    int before_sockets, after_sockets, lanes = c == 3 ? 2 : 1;
+    int before_sockets, after_sockets, lanes = c == 3 || c == 5 ? 2 : 1;
     long open_now = fds_open(&before_sockets);
     double t0 = flx_time_now();
     flx_comm_h comm;
@@ -981,12 +984,17 @@ static int raw_fd_limit(int rank, int size, const char *root, void *arg)
     if (open_now < 0)
         return mp_fail(rank, "cannot read /proc/self/fd");
     setenv("FLX_TCP_SOCKETS", c == 1 ? "2" : "auto", 1);
-    if (rank == limited && c != 3) {
+    setenv("FLX_NET", "tcp", 1); /* ib would ask for one connection whatever the limit */
+    if (rank == limited && c == 5) {
+        struct rlimit rl = {.rlim_cur = (rlim_t)open_now + 3, .rlim_max = 4096};
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            return mp_fail(rank, "setrlimit: %s", strerror(errno));
+    } else if (rank == limited && c != 3) {
         /* after the rendezvous: its listener and connection(s) more */
         long after = open_now + 1 + (rank == 0 ? size - 1 : 1);
         long need1 = boot_fd_need(rank, size, 1, after);
         struct rlimit rl;
-        rl.rlim_cur = rl.rlim_max = (rlim_t)(c == 0 || c == 1 ? need1 + 2
+        rl.rlim_cur = rl.rlim_max = (rlim_t)(c == 0 || c == 1 ? need1 + 3
                                              : c == 2 ? need1 - 2 : open_now + 2);
         if (boot_fd_need(rank, size, 2, after) <= (long)rl.rlim_cur)
             return mp_fail(rank, "the limit %ld would hold two connections per pair",
@@ -1011,6 +1019,15 @@ static int raw_fd_limit(int rank, int size, const char *root, void *arg)
         return st != FLX_OK ? 0 : mp_fail(rank, "a job formed without its root");
     if (st != FLX_OK)
         return mp_fail(rank, "case %d: flx_comm_create: %s", c, flx_status_name(st));
+    if (rank == limited && c == 5) {
+        struct rlimit rl;
+        long need2 = boot_fd_need(rank, size, 2, open_now + 1 + 1);
+        if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || (long)rl.rlim_cur < need2) {
+            flx_comm_destroy(comm);
+            return mp_fail(rank, "case 5: the soft limit is %ld, below the %ld two connections "
+                           "per pair need", (long)rl.rlim_cur, need2);
+        }
+    }
     if (fds_open(&after_sockets) < 0 || after_sockets - before_sockets != lanes * (size - 1)) {
         flx_comm_destroy(comm);
         return mp_fail(rank, "case %d: %d sockets more after flx_comm_create, not %d", c,
@@ -1039,6 +1056,7 @@ START_TEST(test_fd_limit)
     ck_assert_int_eq(mp_run_raw(FD_RANKS, raw_fd_limit, &c, 60, NULL), 0);
     unsetenv("FLX_CONNECT_TIMEOUT");
     unsetenv("FLX_TCP_SOCKETS");
+    unsetenv("FLX_NET");
 }
 END_TEST
 
@@ -1212,7 +1230,7 @@ int main(void)
     tcase_add_test(tc, test_root_hangs_up);
     tcase_add_test(tc, test_wrong_secret);
     tcase_add_test(tc, test_sockets_differ);
-    tcase_add_loop_test(tc, test_fd_limit, 0, 5);
+    tcase_add_loop_test(tc, test_fd_limit, 0, 6);
     tcase_add_test(tc, test_bad_args);
     tcase_add_test(tc, test_bad_env);
     suite_add_tcase(s, tc);

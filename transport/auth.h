@@ -21,7 +21,7 @@
 #define AUTH_MAGIC 0x464c5842u /* "FLXB" */
 #define AUTH_BUSY_MAGIC 0x464c5857u /* "FLXW": in place of a challenge, "too busy, try again" */
 #define AUTH_VERDICT_BUSY 2         /* in place of the verdict, the same */
-#define AUTH_VERSION 1
+#define AUTH_VERSION 2 /* 2: the ranks agree on connections per pair before the mesh */
 
 /* MESH2: the mesh's second connection of a pair (FLX_TCP_SOCKETS=2) */
 enum { AUTH_PURPOSE_BOOT = 1, AUTH_PURPOSE_MESH = 2, AUTH_PURPOSE_MESH2 = 3 };

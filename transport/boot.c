@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -20,7 +21,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* Descriptors this process has open (/proc/self/fd), -1 if unknown. */
+/* Descriptors this process has open (/proc/self/fd), -1 if unknown,
+ * LONG_MAX if there is none left to read it with (EMFILE, ENFILE). */
 static long boot_open_fds(void)
 {
     DIR *d = opendir("/proc/self/fd");
@@ -28,7 +30,7 @@ static long boot_open_fds(void)
     long n = 0;
 
     if (d == NULL)
-        return -1;
+        return errno == EMFILE || errno == ENFILE ? LONG_MAX : -1;
     while ((e = readdir(d)) != NULL)
         n += e->d_name[0] != '.';
     closedir(d);
@@ -53,6 +55,7 @@ static long boot_nofile(struct rlimit *rl)
 
 typedef struct {
     int n;
+    int out_of_fds;                /* accept hit EMFILE: take no more until one leaves */
     uint64_t accepted;             /* connections accepted so far */
     struct {
         int fd;
@@ -72,6 +75,7 @@ static void waiting_drop(boot_t *boot, boot_waiting_t *w, int i, const char *why
              sock_addr_str(&w->c[i].peer, ps, sizeof(ps)), why);
     close(w->c[i].fd);
     w->c[i] = w->c[--w->n];
+    w->out_of_fds = 0;
 }
 
 static void waiting_close_all(boot_t *boot, boot_waiting_t *w)
@@ -119,11 +123,26 @@ static flx_status_t waiting_accept(boot_t *boot, int lfd, boot_waiting_t *w, dou
         socklen_t plen = sizeof(peer);
         int fd = accept4(lfd, (struct sockaddr *)&peer, &plen, SOCK_CLOEXEC | SOCK_NONBLOCK);
 
-        if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
+        int err = errno;
+
+        if (fd < 0 && err == EMFILE && w->n > 0) {
+            /* the connections in their handshake hold descriptors: take no
+             * more until one of them leaves (done, or dropped at its
+             * deadline); if it was a rank, the next accept tells */
+            w->out_of_fds = 1;
+            return FLX_OK;
+        }
+        if (fd < 0 && (err == EMFILE || err == ENFILE)) {
             struct rlimit rl; /* the connection stays queued: polling again would spin */
-            flx_error(INIT, boot->rank, "bootstrap: cannot accept a connection: %m (this "
-                      "process may open %ld files, RLIMIT_NOFILE; raise it with ulimit -n)",
-                      boot_nofile(&rl));
+            long lim = boot_nofile(&rl);
+            errno = err;
+            if (err == EMFILE)
+                flx_error(INIT, boot->rank, "bootstrap: cannot accept a connection: %m (this "
+                          "process may open %ld files, RLIMIT_NOFILE; raise it with ulimit -n)",
+                          lim);
+            else
+                flx_error(INIT, boot->rank, "bootstrap: cannot accept a connection: %m (the "
+                          "system's limit, fs.file-max)");
             return FLX_ERR_SYSTEM;
         }
         if (fd < 0)
@@ -164,6 +183,7 @@ static int waiting_step(boot_t *boot, boot_waiting_t *w, int i, int *fd_p,
             *fd_p = w->c[i].fd;
             *peer_p = w->c[i].peer;
             w->c[i] = w->c[--w->n];
+            w->out_of_fds = 0;
             return 1;
         }
     }
@@ -194,7 +214,7 @@ static flx_status_t boot_next_peer(boot_t *boot, int lfd, boot_waiting_t *w, dou
             return FLX_ERR_TIMED_OUT;
         for (int i = 0; i < w->n; i++)
             pfds[nfds++] = (struct pollfd){.fd = w->c[i].fd, .events = POLLIN};
-        pfds[nfds++] = (struct pollfd){.fd = lfd, .events = POLLIN};
+        pfds[nfds++] = (struct pollfd){.fd = lfd, .events = w->out_of_fds ? 0 : POLLIN};
         rc = poll(pfds, (nfds_t)nfds, (int)(FLX_MIN(wake - now, 1.0) * 1000.0) + 1);
         if (rc < 0 && errno != EINTR) {
             flx_error(INIT, boot->rank, "poll failed: %m");
@@ -430,22 +450,28 @@ static flx_status_t boot_mesh(boot_t *boot, int lfd, uint16_t purpose, double de
  * it, the listener and the root's rendezvous connections included. */
 static void boot_fd_raise(const boot_t *boot, int want)
 {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* two communicators at once */
     struct rlimit rl;
-    long open_now = boot_open_fds(), cur = boot_nofile(&rl), need;
+    long open_now, cur, need;
 
-    if (open_now < 0)
-        return;
-    /* as it will be after the rendezvous: its connections and the listener open */
+    pthread_mutex_lock(&lock);
+    open_now = boot_open_fds();
+    cur = boot_nofile(&rl);
+    if (open_now < 0 || open_now == LONG_MAX) { /* unknown, or none left to count with */
+        open_now = cur == LONG_MAX ? 0 : cur;
+    }
+    /* as it will be after the rendezvous: its connections and the listener
+     * open; room for the strangers the accept loop may hold at once too */
     open_now += 1 + (boot->rank == 0 ? boot->size - 1 : 1);
-    need = boot_fd_need(boot->rank, boot->size, want ? want : 2, open_now);
-    if (cur >= need)
-        return;
-    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= (rlim_t)need ? (rlim_t)need
-                                                                               : rl.rlim_max;
-    if ((long)rl.rlim_cur <= cur || setrlimit(RLIMIT_NOFILE, &rl) != 0)
-        return;
-    flx_info(INIT, boot->rank, "bootstrap: raised the soft limit on open files from %ld to %ld "
-             "(%d ranks)", cur, (long)rl.rlim_cur, boot->size);
+    need = boot_fd_need(boot->rank, boot->size, want ? want : 2, open_now) + BOOT_MAX_WAITING;
+    if (cur < need) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= (rlim_t)need ? (rlim_t)need
+                                                                                   : rl.rlim_max;
+        if ((long)rl.rlim_cur > cur && setrlimit(RLIMIT_NOFILE, &rl) == 0) /* never lower */
+            flx_info(INIT, boot->rank, "bootstrap: raised the soft limit on open files from %ld "
+                     "to %ld (%d ranks)", cur, (long)rl.rlim_cur, boot->size);
+    }
+    pthread_mutex_unlock(&lock);
 }
 
 /* The ranks agree on the connections per pair before the mesh, over the
@@ -454,13 +480,14 @@ static void boot_fd_raise(const boot_t *boot, int want)
  * second connection would wait until FLX_CONNECT_TIMEOUT, and one whose
  * open-file limit cannot hold the mesh would fail halfway through it
  * (accept would fail with EMFILE while its peers wait). */
-static flx_status_t boot_agree_lanes(boot_t *boot, int want)
+static uint32_t boot_u32(long v) { return v < 0 ? 0 : v > (long)INT32_MAX ? UINT32_MAX : (uint32_t)v; }
+
+static flx_status_t boot_agree_lanes(boot_t *boot, int want, double deadline)
 {
     boot_wire_fds_t mine, *all = calloc((size_t)boot->size, sizeof(*all));
-    double deadline = flx_time_now() + boot->cfg.connect_timeout_s;
     struct rlimit rl;
     long open_now = boot_open_fds(), limit = boot_nofile(&rl);
-    int lanes, who;
+    int lanes, who, peer = 0;
     flx_status_t st = FLX_OK;
 
     if (all == NULL) {
@@ -468,28 +495,30 @@ static flx_status_t boot_agree_lanes(boot_t *boot, int want)
                   boot->size);
         return FLX_ERR_NO_MEMORY;
     }
-    if (open_now < 0) /* unknown: as if the limit held everything */
+    if (open_now < 0) /* no /proc: as if the limit held everything */
         open_now = 0, limit = LONG_MAX;
+    else if (open_now == LONG_MAX) /* not one descriptor left */
+        open_now = limit;
     mine.want = htonl((uint32_t)want);
     mine.fit = htonl((uint32_t)boot_fd_fit(boot->rank, boot->size, open_now, limit));
-    mine.limit = htonl((uint32_t)FLX_MIN(limit, (long)UINT32_MAX));
-    mine.need = htonl((uint32_t)FLX_MIN(boot_fd_need(boot->rank, boot->size, want ? want : 1,
-                                                     open_now), (long)UINT32_MAX));
+    mine.limit = htonl(boot_u32(limit));
+    mine.need = htonl(boot_u32(boot_fd_need(boot->rank, boot->size, want ? want : 1, open_now)));
     /* through the root: every member sends its entry, the root all of them back */
     if (boot->rank == 0) {
         all[0] = mine;
         for (int r = 1; r < boot->size && st == FLX_OK; r++)
-            st = sock_recv_all(boot->fds[r], &all[r], sizeof(*all), deadline);
+            st = sock_recv_all(boot->fds[peer = r], &all[r], sizeof(*all), deadline);
         for (int r = 1; r < boot->size && st == FLX_OK; r++)
-            st = sock_send_all(boot->fds[r], all, (size_t)boot->size * sizeof(*all), deadline);
+            st = sock_send_all(boot->fds[peer = r], all, (size_t)boot->size * sizeof(*all),
+                               deadline);
     } else {
         st = sock_send_all(boot->fds[0], &mine, sizeof(mine), deadline);
         if (st == FLX_OK)
             st = sock_recv_all(boot->fds[0], all, (size_t)boot->size * sizeof(*all), deadline);
     }
     if (st != FLX_OK) {
-        flx_error(INIT, boot->rank, "bootstrap: the exchange of connection counts failed: %s",
-                  flx_status_string(st));
+        flx_error(INIT, boot->rank, "bootstrap: the exchange of connection counts with rank %d "
+                  "failed: %s", peer, flx_status_string(st));
         free(all);
         return st;
     }
@@ -609,7 +638,7 @@ flx_status_t boot_create(int rank, int size, const char *root, const char *secre
     st = rank == 0 ? boot_root(boot, &root_addr, &lfd, deadline)
                    : boot_member(boot, &root_addr, &lfd, deadline);
     if (st == FLX_OK)
-        st = boot_agree_lanes(boot, want);
+        st = boot_agree_lanes(boot, want, deadline);
     if (st == FLX_OK)
         st = boot_mesh(boot, lfd, AUTH_PURPOSE_MESH, deadline);
     if (st == FLX_OK && boot->lanes == 2)

@@ -51,6 +51,7 @@ typedef struct {
     uint32_t limit; /* its RLIMIT_NOFILE soft limit (at most UINT32_MAX) */
     uint32_t need;  /* descriptors it needs with want (auto: 1) per pair */
 } boot_wire_fds_t;
+_Static_assert(sizeof(boot_wire_fds_t) == 16, "boot_wire_fds_t is 16 bytes on the wire");
 
 /* Descriptors rank needs open at once for lanes connections to each of the
  * other size - 1 ranks, open_now being open already (the rendezvous

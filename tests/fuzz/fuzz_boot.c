@@ -134,6 +134,8 @@ static void fuzz_fds(const uint8_t *d, size_t n)
                 abort();
         if (who >= 0 && (mine != 0 || lanes != 1 || ntohl(all[who].fit) != 1))
             abort();
+        if (mine == 0 && (lanes == 1) != (who >= 0)) /* auto: one exactly when a rank fell */
+            abort();
         return;
     }
     if (who < 0 || who >= size)

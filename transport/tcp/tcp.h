@@ -1,5 +1,6 @@
 /* tcp.h -- internals of the tcp backend: per peer one non-blocking socket,
- * or two (FLX_TCP_SOCKETS=2, the default), a send queue and a receive
+ * or two (FLX_TCP_SOCKETS=2, or auto where every rank's open-file limit
+ * holds them: the default), a send queue and a receive
  * state machine.
  *
  * Why two: a socket is locked while a call copies into or out of it, and
