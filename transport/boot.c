@@ -122,7 +122,6 @@ static flx_status_t waiting_accept(boot_t *boot, int lfd, boot_waiting_t *w, dou
         struct sockaddr_in peer;
         socklen_t plen = sizeof(peer);
         int fd = accept4(lfd, (struct sockaddr *)&peer, &plen, SOCK_CLOEXEC | SOCK_NONBLOCK);
-
         int err = errno;
 
         if (fd < 0 && err == EMFILE && w->n > 0) {
@@ -132,17 +131,16 @@ static flx_status_t waiting_accept(boot_t *boot, int lfd, boot_waiting_t *w, dou
             w->out_of_fds = 1;
             return FLX_OK;
         }
-        if (fd < 0 && (err == EMFILE || err == ENFILE)) {
-            struct rlimit rl; /* the connection stays queued: polling again would spin */
-            long lim = boot_nofile(&rl);
-            errno = err;
-            if (err == EMFILE)
-                flx_error(INIT, boot->rank, "bootstrap: cannot accept a connection: %m (this "
-                          "process may open %ld files, RLIMIT_NOFILE; raise it with ulimit -n)",
-                          lim);
-            else
-                flx_error(INIT, boot->rank, "bootstrap: cannot accept a connection: %m (the "
-                          "system's limit, fs.file-max)");
+        if (fd < 0 && err == EMFILE) { /* it stays queued: polling again would spin */
+            struct rlimit rl;
+            flx_error(INIT, boot->rank, "bootstrap: cannot accept a connection: %s (this process "
+                      "may open %ld files, RLIMIT_NOFILE; raise it with ulimit -n)",
+                      strerror(err), boot_nofile(&rl));
+            return FLX_ERR_SYSTEM;
+        }
+        if (fd < 0 && err == ENFILE) {
+            flx_error(INIT, boot->rank, "bootstrap: cannot accept a connection: %s (the "
+                      "system's limit, fs.file-max)", strerror(err));
             return FLX_ERR_SYSTEM;
         }
         if (fd < 0)
@@ -474,14 +472,16 @@ static void boot_fd_raise(const boot_t *boot, int want)
     pthread_mutex_unlock(&lock);
 }
 
+static uint32_t boot_u32(long v) { return v < 0 ? 0 : v > (long)INT32_MAX ? UINT32_MAX : (uint32_t)v; }
+
+static const char *boot_want_name(uint32_t want) { return want == 0 ? "auto" : want == 1 ? "1" : "2"; }
+
 /* The ranks agree on the connections per pair before the mesh, over the
  * rendezvous connections: one that opened a second connection to a rank
  * that expects none would be refused as a stranger, one that waited for a
  * second connection would wait until FLX_CONNECT_TIMEOUT, and one whose
  * open-file limit cannot hold the mesh would fail halfway through it
  * (accept would fail with EMFILE while its peers wait). */
-static uint32_t boot_u32(long v) { return v < 0 ? 0 : v > (long)INT32_MAX ? UINT32_MAX : (uint32_t)v; }
-
 static flx_status_t boot_agree_lanes(boot_t *boot, int want, double deadline)
 {
     boot_wire_fds_t mine, *all = calloc((size_t)boot->size, sizeof(*all));
@@ -526,9 +526,8 @@ static flx_status_t boot_agree_lanes(boot_t *boot, int want, double deadline)
     if (st == FLX_ERR_MISMATCH) {
         flx_error(INIT, boot->rank, "bootstrap: rank %d wants %s connection(s) per pair of ranks "
                   "and this rank %s (FLX_TCP_SOCKETS; the ib backend uses 1): set FLX_TCP_SOCKETS "
-                  "and FLX_NET alike on every rank", who,
-                  ntohl(all[who].want) == 0 ? "auto" : ntohl(all[who].want) == 1 ? "1" : "2",
-                  want == 0 ? "auto" : want == 1 ? "1" : "2");
+                  "and FLX_NET alike on every rank", who, boot_want_name(ntohl(all[who].want)),
+                  boot_want_name((uint32_t)want));
     } else if (st == FLX_ERR_SYSTEM) {
         flx_error(INIT, boot->rank, "bootstrap: rank %d may open %u files (RLIMIT_NOFILE) and "
                   "needs %u for %d connection(s) to each of the other %d ranks: raise its limit "

@@ -238,7 +238,7 @@ static int conn_send_progress(tl_ctx_t *ctx, tcp_conn_t *c)
         tl_req_t *r = c->sq_head;
         const size_t hlen = sizeof(tcp_hdr_t);
         size_t total = hlen + r->len;
-        int to = r->len >= TCP_SPLIT_MIN ? c->wfd_long : c->wfd_short;
+        int to = r->len >= TCP_SPLIT_MIN ? c->wfd_long : c->sock[0];
         struct iovec iov[2];
         int n = 0;
         ssize_t w;
@@ -923,6 +923,7 @@ static void tcp_destroy(tl_ctx_t *ctx);
 static flx_status_t tcp_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t **ctx_p)
 {
     tl_ctx_t *ctx = calloc(1, sizeof(*ctx));
+    const size_t lanes = boot->lanes == 2 ? 2 : 1; /* connections per peer */
 
     if (ctx == NULL)
         return FLX_ERR_NO_MEMORY;
@@ -930,13 +931,13 @@ static flx_status_t tcp_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t *
     ctx->size = boot->size;
     ctx->cfg = *cfg;
     ctx->conns = calloc((size_t)boot->size, sizeof(*ctx->conns));
-    ctx->pfds = calloc(2 * (size_t)boot->size, sizeof(*ctx->pfds));
-    ctx->pfd_peer = calloc(2 * (size_t)boot->size, sizeof(*ctx->pfd_peer));
-    ctx->pfd_out = calloc(2 * (size_t)boot->size, sizeof(*ctx->pfd_out));
-    ctx->ra_pool = malloc(2 * (size_t)boot->size * TCP_READAHEAD);
+    ctx->pfds = calloc(lanes * (size_t)boot->size, sizeof(*ctx->pfds));
+    ctx->pfd_peer = calloc(lanes * (size_t)boot->size, sizeof(*ctx->pfd_peer));
+    ctx->pfd_out = calloc(lanes * (size_t)boot->size, sizeof(*ctx->pfd_out));
+    ctx->ra_pool = malloc(lanes * (size_t)boot->size * TCP_READAHEAD);
     for (int p = 0; ctx->conns && p < boot->size; p++) { /* not yet adopted: */
         tcp_conn_t *c = &ctx->conns[p];                   /* tcp_destroy leaves them */
-        c->sock[0] = c->sock[1] = c->fd = c->fd_alt = c->wfd = c->wfd_short = c->wfd_long = -1;
+        c->sock[0] = c->sock[1] = c->fd = c->fd_alt = c->wfd = c->wfd_long = -1;
     }
     if (ctx->conns == NULL || ctx->pfds == NULL || ctx->pfd_peer == NULL || ctx->pfd_out == NULL ||
         ctx->ra_pool == NULL) {
@@ -948,8 +949,8 @@ static flx_status_t tcp_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t *
     for (int p = 0; p < boot->size; p++) {
         tcp_conn_t *c = &ctx->conns[p];
         c->peer = p;
-        c->ra = ctx->ra_pool + (size_t)(2 * p) * TCP_READAHEAD;
-        c->ra_alt = c->ra + TCP_READAHEAD;
+        c->ra = ctx->ra_pool + lanes * (size_t)p * TCP_READAHEAD;
+        c->ra_alt = lanes == 2 ? c->ra + TCP_READAHEAD : NULL; /* swapped in at a SWITCH */
         if (p == boot->rank)
             continue;
         c->sock[0] = boot_take_fd(boot, p, 1);
@@ -961,7 +962,7 @@ static flx_status_t tcp_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t *
             }
         }
         /* the peer's messages come on the first until it switches */
-        c->fd = c->wfd = c->wfd_short = c->wfd_long = c->sock[0];
+        c->fd = c->wfd = c->wfd_long = c->sock[0];
         c->fd_alt = c->sock[1];
         if (c->sock[1] >= 0 && boot->rank > p) /* the higher rank's long ones: the second */
             c->wfd_long = c->sock[1];

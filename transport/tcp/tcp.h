@@ -69,7 +69,7 @@ typedef struct {
     int fd;                   /* the one the peer's messages come on now */
     int fd_alt;               /* the other one (-1: a single connection) */
     int wfd;                  /* the one ours go out on now             */
-    int wfd_short, wfd_long;  /* where short and long ones go           */
+    int wfd_long;             /* where long ones go (short: sock[0])    */
     size_t switch_sent;       /* bytes of a SWITCH header written on wfd */
     int peer;
     int bye;                  /* the peer said goodbye                 */
@@ -100,11 +100,11 @@ struct tl_ctx {
     int rank;
     int size;
     tcp_conn_t *conns;        /* [size], conns[rank].fd == -1          */
-    struct pollfd *pfds;      /* [2 * size]: each peer's fd, and its wfd  */
+    struct pollfd *pfds;      /* [lanes * size]: each peer's fd, and its wfd */
                               /* when that differs and sends are queued   */
     int *pfd_peer;            /* the peer of pfds[i]                      */
     char *pfd_out;            /* 1: pfds[i] is such a wfd (POLLOUT only)  */
-    char *ra_pool;            /* [2 * size] read-ahead buffers          */
+    char *ra_pool;            /* [lanes * size] read-ahead buffers      */
     flx_status_t err;         /* this rank failed: everything fails     */
     int remote_failed;        /* a peer failed at collective remote_seq: */
     uint32_t remote_seq;      /* that one and later ones fail here too   */
