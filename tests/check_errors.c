@@ -6,6 +6,7 @@
 #include "common/time.h"
 #include "common/util.h"
 #include "transport/auth.h"
+#include "transport/boot.h"
 #include "transport/boot_msg.h"
 #include "transport/sock.h"
 
@@ -933,6 +934,94 @@ START_TEST(test_sockets_differ)
 }
 END_TEST
 
+/* Rank 1 is played by the test: it joins the rendezvous like a member
+ * (the secret, a listening address, the table), then in the exchange of
+ * connection counts case 0 hangs up before sending its entry and case 1
+ * sends an entry out of range (want 9).  Every real rank fails within
+ * seconds (case 0 FLX_ERR_PEER_LOST, case 1 FLX_ERR_PROTOCOL), the root
+ * logging one line that names rank 1, and no mesh forms. */
+enum { XF_RANKS = 3, XF_FAKE = 1 };
+
+static int fake_member_exchange(int rank, int size, const char *root, int c)
+{
+    double deadline = flx_time_now() + 10;
+    struct sockaddr_in raddr, laddr = {.sin_family = AF_INET};
+    boot_wire_addr_t w, table[XF_RANKS];
+    boot_wire_fds_t bad = {.want = htonl(9), .fit = htonl(2), .limit = htonl(1024),
+                           .need = htonl(20)},
+                    all[XF_RANKS];
+    auth_key_t key;
+    int fd = -1, lfd = -1;
+
+    laddr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sock_parse_addr(root, &raddr);
+    auth_key_derive("flexcoll-test-secret", &key);
+    usleep(100000); /* the root listens */
+    if (sock_connect(&raddr, deadline, &fd) != FLX_OK ||
+        auth_connect(fd, &key, AUTH_PURPOSE_BOOT, rank, size, deadline) != FLX_OK)
+        return mp_fail(rank, "fake member: cannot join the rendezvous at %s", root);
+    if (sock_listen(&laddr, 4, &lfd, &laddr) != FLX_OK)
+        return mp_fail(rank, "fake member: cannot listen");
+    boot_addr_encode(&laddr, &w);
+    if (sock_send_all(fd, &w, sizeof(w), deadline) != FLX_OK ||
+        sock_recv_all(fd, table, sizeof(table), deadline) != FLX_OK)
+        return mp_fail(rank, "fake member: no address table");
+    if (c == 1) {
+        /* the root hands the bad entry back to everyone, this one too */
+        if (sock_send_all(fd, &bad, sizeof(bad), deadline) != FLX_OK ||
+            sock_recv_all(fd, all, sizeof(all), deadline) != FLX_OK)
+            return mp_fail(rank, "fake member: no table of connection counts");
+        if (memcmp(&all[rank], &bad, sizeof(bad)) != 0)
+            return mp_fail(rank, "fake member: the root did not relay its entry");
+    }
+    close(fd);
+    close(lfd);
+    return 0;
+}
+
+static int raw_exchange_fails(int rank, int size, const char *root, void *arg)
+{
+    const int c = *(const int *)arg;
+    const flx_status_t want = c == 0 ? FLX_ERR_PEER_LOST : FLX_ERR_PROTOCOL;
+    char path[] = "/tmp/flx-exchange-XXXXXX";
+    int saved, lines;
+    double t0 = flx_time_now();
+    flx_comm_h comm;
+    flx_status_t st;
+
+    if (rank == XF_FAKE)
+        return fake_member_exchange(rank, size, root, c);
+    setenv("FLX_NET", "tcp", 1);
+    saved = capture_start(path);
+    st = mp_comm_create(rank, size, root, &comm);
+    lines = capture_stop(saved, path, c == 0 ? "exchange of connection counts with rank 1 failed"
+                                             : "rank 1 sent a connection count out of range");
+    if (st == FLX_OK) {
+        flx_comm_destroy(comm);
+        return mp_fail(rank, "case %d: a job formed", c);
+    }
+    /* case 0: the root loses rank 1, then rank 2 loses the root */
+    if (st != want)
+        return mp_fail(rank, "case %d: got %s, not %s", c, flx_status_name(st),
+                       flx_status_name(want));
+    if (flx_time_now() - t0 > 10)
+        return mp_fail(rank, "case %d: failing took %.1f s", c, flx_time_now() - t0);
+    if ((rank == 0 || c == 1) && lines != 1)
+        return mp_fail(rank, "case %d: %d lines naming rank 1, not 1", c, lines);
+    return 0;
+}
+
+START_TEST(test_exchange_fails)
+{
+    int c = _i;
+
+    setenv("FLX_CONNECT_TIMEOUT", "20s", 1);
+    ck_assert_int_eq(mp_run_raw(XF_RANKS, raw_exchange_fails, &c, 60, NULL), 0);
+    unsetenv("FLX_CONNECT_TIMEOUT");
+    unsetenv("FLX_NET");
+}
+END_TEST
+
 /* ---- the open-file limit ----------------------------------------------------- */
 
 /* Descriptors open in this process, and how many of them are sockets. */
@@ -958,6 +1047,33 @@ static int fds_open(int *sockets_p)
     *sockets_p = sockets;
     return n - 1; /* the directory's own */
 }
+
+/* The bootstrap's count of open descriptors agrees with /proc/self/fd
+ * whether it reads /proc or probes each number (a system without /proc),
+ * with sockets and files opened and closed in between. */
+START_TEST(test_open_fds)
+{
+    int sockets, fds[5];
+
+    for (int round = 0; round < 3; round++) {
+        long seen = fds_open(&sockets);
+        ck_assert_int_ge(seen, 3);
+        ck_assert_int_eq(boot_open_fds(1), seen);
+        ck_assert_int_eq(boot_open_fds(0), seen);
+        for (int i = 0; i < round + 2; i++) {
+            fds[i] = i % 2 ? socket(AF_INET, SOCK_STREAM, 0) : open("/dev/null", O_RDONLY);
+            ck_assert_int_ge(fds[i], 0);
+        }
+        ck_assert_int_eq(boot_open_fds(1), seen + round + 2);
+        ck_assert_int_eq(boot_open_fds(0), seen + round + 2);
+        for (int i = 0; i < round + 2; i += 2)
+            close(fds[i]); /* holes below the highest */
+        ck_assert_int_eq(boot_open_fds(0), boot_open_fds(1));
+        for (int i = 1; i < round + 2; i += 2)
+            close(fds[i]);
+    }
+}
+END_TEST
 
 /* Rank FD_LIMITED (the root in case 4) runs under a soft and hard
  * RLIMIT_NOFILE that holds: case 0 one connection per pair but not two
@@ -1230,6 +1346,8 @@ int main(void)
     tcase_add_test(tc, test_root_hangs_up);
     tcase_add_test(tc, test_wrong_secret);
     tcase_add_test(tc, test_sockets_differ);
+    tcase_add_loop_test(tc, test_exchange_fails, 0, 2);
+    tcase_add_test(tc, test_open_fds);
     tcase_add_loop_test(tc, test_fd_limit, 0, 6);
     tcase_add_test(tc, test_bad_args);
     tcase_add_test(tc, test_bad_env);

@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -21,22 +22,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* Descriptors this process has open (/proc/self/fd), -1 if unknown,
- * LONG_MAX if there is none left to read it with (EMFILE, ENFILE). */
-static long boot_open_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    long n = 0;
-
-    if (d == NULL)
-        return errno == EMFILE || errno == ENFILE ? LONG_MAX : -1;
-    while ((e = readdir(d)) != NULL)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n - 1; /* the directory's own */
-}
-
 /* The soft limit on open files, LONG_MAX if none. */
 static long boot_nofile(struct rlimit *rl)
 {
@@ -44,6 +29,32 @@ static long boot_nofile(struct rlimit *rl)
         return LONG_MAX;
     return rl->rlim_cur == RLIM_INFINITY || rl->rlim_cur > LONG_MAX ? LONG_MAX
                                                                     : (long)rl->rlim_cur;
+}
+
+#define BOOT_PROBE_MAX 65536L /* descriptor numbers probed without /proc */
+
+long boot_open_fds(int use_proc)
+{
+    struct rlimit rl;
+    long n = 0, top;
+
+    if (use_proc) {
+        DIR *d = opendir("/proc/self/fd");
+        struct dirent *e;
+        if (d == NULL && (errno == EMFILE || errno == ENFILE))
+            return LONG_MAX;
+        if (d != NULL) {
+            while ((e = readdir(d)) != NULL)
+                n += e->d_name[0] != '.';
+            closedir(d);
+            return n - 1; /* the directory's own */
+        }
+    }
+    /* no /proc (a bare container): ask each number below the limit */
+    top = FLX_MIN(boot_nofile(&rl), BOOT_PROBE_MAX);
+    for (long fd = 0; fd < top; fd++)
+        n += fcntl((int)fd, F_GETFD) != -1;
+    return n;
 }
 
 /* Accepted connections still in their handshake.  They wait side by side,
@@ -453,11 +464,10 @@ static void boot_fd_raise(const boot_t *boot, int want)
     long open_now, cur, need;
 
     pthread_mutex_lock(&lock);
-    open_now = boot_open_fds();
+    open_now = boot_open_fds(1);
     cur = boot_nofile(&rl);
-    if (open_now < 0 || open_now == LONG_MAX) { /* unknown, or none left to count with */
+    if (open_now == LONG_MAX) /* none left to count with: the table is full */
         open_now = cur == LONG_MAX ? 0 : cur;
-    }
     /* as it will be after the rendezvous: its connections and the listener
      * open; room for the strangers the accept loop may hold at once too */
     open_now += 1 + (boot->rank == 0 ? boot->size - 1 : 1);
@@ -486,7 +496,7 @@ static flx_status_t boot_agree_lanes(boot_t *boot, int want, double deadline)
 {
     boot_wire_fds_t mine, *all = calloc((size_t)boot->size, sizeof(*all));
     struct rlimit rl;
-    long open_now = boot_open_fds(), limit = boot_nofile(&rl);
+    long open_now = boot_open_fds(1), limit = boot_nofile(&rl);
     int lanes, who, peer = 0;
     flx_status_t st = FLX_OK;
 
@@ -495,9 +505,7 @@ static flx_status_t boot_agree_lanes(boot_t *boot, int want, double deadline)
                   boot->size);
         return FLX_ERR_NO_MEMORY;
     }
-    if (open_now < 0) /* no /proc: as if the limit held everything */
-        open_now = 0, limit = LONG_MAX;
-    else if (open_now == LONG_MAX) /* not one descriptor left */
+    if (open_now == LONG_MAX) /* not one descriptor left */
         open_now = limit;
     mine.want = htonl((uint32_t)want);
     mine.fit = htonl((uint32_t)boot_fd_fit(boot->rank, boot->size, open_now, limit));
