@@ -36,23 +36,20 @@ static long boot_nofile(struct rlimit *rl)
 long boot_open_fds(int use_proc)
 {
     struct rlimit rl;
-    long n = 0, top;
+    long n = 0, limit;
+    DIR *d = use_proc ? opendir("/proc/self/fd") : NULL;
 
-    if (use_proc) {
-        DIR *d = opendir("/proc/self/fd");
+    if (d != NULL) {
         struct dirent *e;
-        if (d == NULL && (errno == EMFILE || errno == ENFILE))
-            return LONG_MAX;
-        if (d != NULL) {
-            while ((e = readdir(d)) != NULL)
-                n += e->d_name[0] != '.';
-            closedir(d);
-            return n - 1; /* the directory's own */
-        }
+        while ((e = readdir(d)) != NULL)
+            n += e->d_name[0] != '.';
+        closedir(d);
+        return n - 1; /* the directory's own */
     }
-    /* no /proc (a bare container): ask each number below the limit */
-    top = FLX_MIN(boot_nofile(&rl), BOOT_PROBE_MAX);
-    for (long fd = 0; fd < top; fd++)
+    /* no /proc (a bare container), or no descriptor left to read it with
+     * (EMFILE, ENFILE): ask each number below the limit, which needs none */
+    limit = FLX_MIN(boot_nofile(&rl), BOOT_PROBE_MAX);
+    for (long fd = 0; fd < limit; fd++)
         n += fcntl((int)fd, F_GETFD) != -1;
     return n;
 }
@@ -466,8 +463,6 @@ static void boot_fd_raise(const boot_t *boot, int want)
     pthread_mutex_lock(&lock);
     open_now = boot_open_fds(1);
     cur = boot_nofile(&rl);
-    if (open_now == LONG_MAX) /* none left to count with: the table is full */
-        open_now = cur == LONG_MAX ? 0 : cur;
     /* as it will be after the rendezvous: its connections and the listener
      * open; room for the strangers the accept loop may hold at once too */
     open_now += 1 + (boot->rank == 0 ? boot->size - 1 : 1);
@@ -505,8 +500,6 @@ static flx_status_t boot_agree_lanes(boot_t *boot, int want, double deadline)
                   boot->size);
         return FLX_ERR_NO_MEMORY;
     }
-    if (open_now == LONG_MAX) /* not one descriptor left */
-        open_now = limit;
     mine.want = htonl((uint32_t)want);
     mine.fit = htonl((uint32_t)boot_fd_fit(boot->rank, boot->size, open_now, limit));
     mine.limit = htonl(boot_u32(limit));

@@ -55,9 +55,9 @@ flx_status_t boot_allgather(boot_t *boot, const void *mine, void *all, size_t le
  * it waits for. */
 double boot_spin(const boot_t *boot, double spin_s, const char *backend);
 /* Descriptors this process has open: counted in /proc/self/fd (use_proc),
- * or where that cannot be read (or !use_proc) by asking each descriptor
- * number below the soft limit on open files, at most 65536 of them;
- * LONG_MAX when not one descriptor is left to read /proc with. */
+ * or where that cannot be read (no /proc, or no descriptor left to read it
+ * with; or !use_proc) those below the soft limit on open files, at most
+ * the first 65536, each asked with fcntl. */
 long boot_open_fds(int use_proc);
 /* Hand the socket to peer over to the caller (who closes it): lane 1's,
  * or with lanes 2 lane 2's (boot->fds2). */
