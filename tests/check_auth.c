@@ -619,59 +619,53 @@ static void fds_set(boot_wire_fds_t *e, uint32_t want, uint32_t fit)
     e->need = htonl(100);
 }
 
+/* the decision on all[0..3] with this rank's want: its status, the
+ * connections per pair (0 on an error) and the rank it names (-1: none) */
+#define DECIDE_EXPECT(mine, st_, lanes_, who_)                                    \
+    do {                                                                          \
+        int lanes, who;                                                           \
+        ck_assert_int_eq(boot_fds_decide(all, 4, (mine), &lanes, &who), (st_));  \
+        ck_assert_int_eq(lanes, (lanes_));                                        \
+        ck_assert_int_eq(who, (who_));                                            \
+    } while (0)
+
 START_TEST(test_fds_decide)
 {
     boot_wire_fds_t all[4];
-    int lanes, who;
 
     for (int r = 0; r < 4; r++)
         fds_set(&all[r], 0, 2);
-    ck_assert_int_eq(boot_fds_decide(all, 4, 0, &lanes, &who), FLX_OK);
-    ck_assert_int_eq(lanes, 2);
-    ck_assert_int_eq(who, -1);
+    DECIDE_EXPECT(0, FLX_OK, 2, -1);
     /* auto: one rank that holds only one connection per pair takes everyone to one */
     fds_set(&all[2], 0, 1);
     fds_set(&all[3], 0, 1);
-    ck_assert_int_eq(boot_fds_decide(all, 4, 0, &lanes, &who), FLX_OK);
-    ck_assert_int_eq(lanes, 1);
-    ck_assert_int_eq(who, 2);
+    DECIDE_EXPECT(0, FLX_OK, 1, 2);
     /* ... and one that holds none fails the job, naming it */
     fds_set(&all[3], 0, 0);
-    ck_assert_int_eq(boot_fds_decide(all, 4, 0, &lanes, &who), FLX_ERR_SYSTEM);
-    ck_assert_int_eq(who, 3);
+    DECIDE_EXPECT(0, FLX_ERR_SYSTEM, 0, 3);
     fds_set(&all[1], 0, 0);
-    ck_assert_int_eq(boot_fds_decide(all, 4, 0, &lanes, &who), FLX_ERR_SYSTEM);
-    ck_assert_int_eq(who, 1);
+    DECIDE_EXPECT(0, FLX_ERR_SYSTEM, 0, 1);
     /* explicit 2: a rank that holds only one fails the job */
     for (int r = 0; r < 4; r++)
         fds_set(&all[r], 2, 2);
-    ck_assert_int_eq(boot_fds_decide(all, 4, 2, &lanes, &who), FLX_OK);
-    ck_assert_int_eq(lanes, 2);
+    DECIDE_EXPECT(2, FLX_OK, 2, -1);
     fds_set(&all[1], 2, 1);
-    ck_assert_int_eq(boot_fds_decide(all, 4, 2, &lanes, &who), FLX_ERR_SYSTEM);
-    ck_assert_int_eq(who, 1);
+    DECIDE_EXPECT(2, FLX_ERR_SYSTEM, 0, 1);
     /* explicit 1 fits where one does */
     for (int r = 0; r < 4; r++)
         fds_set(&all[r], 1, 1);
-    ck_assert_int_eq(boot_fds_decide(all, 4, 1, &lanes, &who), FLX_OK);
-    ck_assert_int_eq(lanes, 1);
-    ck_assert_int_eq(who, -1);
+    DECIDE_EXPECT(1, FLX_OK, 1, -1);
     /* wants differ: mismatch, naming the first that differs from mine */
     fds_set(&all[2], 2, 2);
-    ck_assert_int_eq(boot_fds_decide(all, 4, 1, &lanes, &who), FLX_ERR_MISMATCH);
-    ck_assert_int_eq(who, 2);
-    ck_assert_int_eq(boot_fds_decide(all, 4, 2, &lanes, &who), FLX_ERR_MISMATCH);
-    ck_assert_int_eq(who, 0);
+    DECIDE_EXPECT(1, FLX_ERR_MISMATCH, 0, 2);
+    DECIDE_EXPECT(2, FLX_ERR_MISMATCH, 0, 0);
     fds_set(&all[2], 0, 2); /* auto against explicit 1 */
-    ck_assert_int_eq(boot_fds_decide(all, 4, 1, &lanes, &who), FLX_ERR_MISMATCH);
-    ck_assert_int_eq(who, 2);
+    DECIDE_EXPECT(1, FLX_ERR_MISMATCH, 0, 2);
     /* out of range: a protocol error, before anything else */
     fds_set(&all[2], 3, 2);
-    ck_assert_int_eq(boot_fds_decide(all, 4, 1, &lanes, &who), FLX_ERR_PROTOCOL);
-    ck_assert_int_eq(who, 2);
+    DECIDE_EXPECT(1, FLX_ERR_PROTOCOL, 0, 2);
     fds_set(&all[2], 1, 7);
-    ck_assert_int_eq(boot_fds_decide(all, 4, 1, &lanes, &who), FLX_ERR_PROTOCOL);
-    ck_assert_int_eq(who, 2);
+    DECIDE_EXPECT(1, FLX_ERR_PROTOCOL, 0, 2);
 }
 END_TEST
 

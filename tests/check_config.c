@@ -301,7 +301,6 @@ START_TEST(test_load_overrides)
 }
 END_TEST
 
-/* each malformed value alone makes the load fail and leaves *cfg_p alone */
 /* FLX_TCP_SOCKETS: auto, 1 or 2, stored as the count (0 for auto) */
 START_TEST(test_load_tcp_sockets)
 {
@@ -318,6 +317,7 @@ START_TEST(test_load_tcp_sockets)
 }
 END_TEST
 
+/* each malformed value alone makes the load fail and leaves *cfg_p alone */
 START_TEST(test_load_malformed)
 {
     static const struct { const char *name, *value; } bad[] = {

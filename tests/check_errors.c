@@ -849,7 +849,7 @@ static int raw_wrong_secret(int rank, int size, const char *root, void *arg)
     flx_comm_params_t p = {.field_mask = FLX_COMM_PARAM_RANK | FLX_COMM_PARAM_SIZE |
                                          FLX_COMM_PARAM_ROOT | FLX_COMM_PARAM_SECRET,
                            .rank = rank, .size = size, .root = root,
-                           .secret = rank == 1 ? "impostor" : "flexcoll-test-secret"};
+                           .secret = rank == 1 ? "impostor" : MP_SECRET};
     flx_comm_h comm;
     flx_status_t st = flx_comm_create(&p, &comm);
 
@@ -956,7 +956,7 @@ static int fake_member_exchange(int rank, int size, const char *root, int c)
 
     laddr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     sock_parse_addr(root, &raddr);
-    auth_key_derive("flexcoll-test-secret", &key);
+    auth_key_derive(MP_SECRET, &key);
     if (sock_connect(&raddr, deadline, &fd) != FLX_OK ||
         auth_connect(fd, &key, AUTH_PURPOSE_BOOT, rank, size, deadline) != FLX_OK)
         return mp_fail(rank, "fake member: cannot join the rendezvous at %s", root);

@@ -14,7 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MP_SECRET "flexcoll-test-secret"
 
 void mp_free_root(char *buf, size_t len)
 {

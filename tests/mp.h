@@ -5,6 +5,9 @@
 
 #include "flexcoll.h"
 
+/* The job secret of every test rank (mp_comm_create, mp_run). */
+#define MP_SECRET "flexcoll-test-secret"
+
 /* The body runs in rank's own process with a fresh communicator; it
  * returns 0 on success (the child's exit code). */
 typedef int (*mp_body_t)(flx_comm_h comm, int rank, int size, void *arg);

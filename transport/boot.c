@@ -477,7 +477,7 @@ static void boot_fd_raise(const boot_t *boot, int want)
     pthread_mutex_unlock(&lock);
 }
 
-static uint32_t boot_u32(long v) { return v < 0 ? 0 : v > (long)INT32_MAX ? UINT32_MAX : (uint32_t)v; }
+static uint32_t boot_u32(long v) { return v < 0 ? 0 : v > (long)UINT32_MAX ? UINT32_MAX : (uint32_t)v; }
 
 static const char *boot_want_name(uint32_t want) { return want == 0 ? "auto" : want == 1 ? "1" : "2"; }
 
