@@ -15,14 +15,15 @@
  *      hold.  Block sizes differ, so the byte offsets in tmp are the prefix
  *      sums of the rotated counts; at the end block i goes to displs[r+i].
  *
- * The wire tag carries the count phase's N and then the total bytes, so
- * ranks that disagree get FLX_ERR_MISMATCH.
+ * The wire tags carry the caller's dtype with the count phase's N and then
+ * with the total bytes, so ranks that disagree get FLX_ERR_MISMATCH.
  */
 #include "collectives/coll.h"
 #include "collectives/topo.h"
 #include "common/log.h"
 #include "common/util.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Bruck over variable blocks; rot (N + 1 entries) are the rotated byte offsets. */
@@ -58,7 +59,8 @@ static flx_status_t allgatherv_bruck(flx_comm_h comm, void *recvbuf, const size_
 /* The body; the caller holds the execution lock. */
 static flx_status_t allgatherv_run(flx_comm_h comm, const void *sendbuf, size_t sendbytes,
                                    void *recvbuf, size_t capacity, size_t *counts,
-                                   size_t *displs, flx_algo_t algo, int *too_small_p)
+                                   size_t *displs, flx_dtype_t dtype, flx_algo_t algo,
+                                   int *too_small_p)
 {
     const int n = comm->size, r = comm->rank;
     uint64_t *wire;
@@ -81,7 +83,7 @@ static flx_status_t allgatherv_run(flx_comm_h comm, const void *sendbuf, size_t 
         algo = (flx_algo_t)comm->cfg.algo;
     /* the counts: a small allgather, its algorithm picked like one */
     calgo = comm_pick_allgather(comm, 2 * sizeof(uint64_t), algo, 0);
-    coll_begin(comm, COLL_ALLGATHERV, calgo, FLX_INT64, 0, (size_t)n, "allgatherv (counts)");
+    coll_begin(comm, COLL_ALLGATHERV, calgo, dtype, 0, (size_t)n, "allgatherv (counts)");
     if (n > 1) {
         st = calgo == FLX_ALGO_RD ? coll_allgather_rd(comm, wire, 2 * sizeof(uint64_t))
                                   : coll_allgather_ring(comm, wire, 2 * sizeof(uint64_t));
@@ -113,7 +115,7 @@ static flx_status_t allgatherv_run(flx_comm_h comm, const void *sendbuf, size_t 
         algo = comm_pick_allgather(comm, (double)largest, algo, 0);
     if (sendbytes && (const char *)sendbuf != (char *)recvbuf + displs[r])
         memmove((char *)recvbuf + displs[r], sendbuf, sendbytes);
-    coll_begin(comm, COLL_ALLGATHERV, algo, FLX_INT64, 1, total, "allgatherv");
+    coll_begin(comm, COLL_ALLGATHERV, algo, dtype, 1, total, "allgatherv");
     if (n == 1 || total == 0)
         return FLX_OK;
     if (algo == FLX_ALGO_RD)
@@ -121,9 +123,25 @@ static flx_status_t allgatherv_run(flx_comm_h comm, const void *sendbuf, size_t 
     return coll_ring_allgather(comm, recvbuf, displs, counts, 1, 0);
 }
 
+/* The two arrays and the receive buffer are all written: they must not
+ * overlap (one log line if they do). */
+static int arrays_apart(flx_comm_h comm, const size_t *counts, const size_t *displs,
+                        const void *recvbuf, size_t capacity)
+{
+    const char *c = (const char *)counts, *d = (const char *)displs, *r = recvbuf;
+    const size_t alen = (size_t)comm->size * sizeof(size_t);
+
+    if ((c < d + alen && d < c + alen) ||
+        (capacity && ((c < r + capacity && r < c + alen) || (d < r + capacity && r < d + alen)))) {
+        flx_error(COLL, comm->rank, "allgatherv: counts, displs and recvbuf overlap");
+        return 0;
+    }
+    return 1;
+}
+
 flx_status_t coll_allgatherv(flx_comm_h comm, const void *sendbuf, size_t sendbytes,
                              void *recvbuf, size_t capacity, size_t *counts, size_t *displs,
-                             flx_algo_t algo)
+                             flx_dtype_t dtype, flx_algo_t algo)
 {
     int too_small = 0;
     flx_status_t st;
@@ -134,19 +152,11 @@ flx_status_t coll_allgatherv(flx_comm_h comm, const void *sendbuf, size_t sendby
                   (int)algo);
         return FLX_ERR_INVALID_ARG;
     }
-    {   /* the two arrays and the receive buffer are written: apart */
-        const char *c = (const char *)counts, *d = (const char *)displs, *r = recvbuf;
-        const size_t alen = (size_t)comm->size * sizeof(size_t);
-        if ((c < d + alen && d < c + alen) ||
-            (capacity && ((c < r + capacity && r < c + alen) ||
-                          (d < r + capacity && r < d + alen)))) {
-            flx_error(COLL, comm->rank, "allgatherv: counts, displs and recvbuf overlap");
-            return FLX_ERR_INVALID_ARG;
-        }
-    }
+    if (!arrays_apart(comm, counts, displs, recvbuf, capacity))
+        return FLX_ERR_INVALID_ARG;
     if ((st = comm_enter(comm)) != FLX_OK)
         return st;
-    st = allgatherv_run(comm, sendbuf, sendbytes, recvbuf, capacity, counts, displs, algo,
+    st = allgatherv_run(comm, sendbuf, sendbytes, recvbuf, capacity, counts, displs, dtype, algo,
                         &too_small);
     if (too_small) { /* every rank saw the same counts: the communicator is fine */
         comm_leave(comm, FLX_OK);
@@ -159,7 +169,7 @@ flx_status_t flx_allgatherv(flx_comm_h comm, const void *sendbuf, size_t sendcou
                             void *recvbuf, size_t recvcapacity, size_t *counts_p,
                             size_t *displs_p, flx_dtype_t dtype, flx_algo_t algo)
 {
-    size_t es;
+    size_t es, *bytes; /* byte counts and offsets: the caller's arrays only on success */
     flx_status_t st;
 
     if (comm == NULL || (unsigned)dtype >= FLX_DTYPE_COUNT) {
@@ -172,13 +182,25 @@ flx_status_t flx_allgatherv(flx_comm_h comm, const void *sendbuf, size_t sendcou
                   recvcapacity);
         return FLX_ERR_INVALID_ARG;
     }
-    st = coll_allgatherv(comm, sendbuf, sendcount * es, recvbuf, recvcapacity * es, counts_p,
-                         displs_p, algo);
+    if (counts_p == NULL || displs_p == NULL) {
+        flx_error(COLL, comm->rank, "flx_allgatherv: counts_p or displs_p is NULL");
+        return FLX_ERR_INVALID_ARG;
+    }
+    if (!arrays_apart(comm, counts_p, displs_p, recvbuf, recvcapacity * es))
+        return FLX_ERR_INVALID_ARG;
+    bytes = malloc(2 * (size_t)comm->size * sizeof(*bytes));
+    if (bytes == NULL) {
+        flx_error(COLL, comm->rank, "flx_allgatherv: no memory for %d counts", comm->size);
+        return FLX_ERR_NO_MEMORY;
+    }
+    st = coll_allgatherv(comm, sendbuf, sendcount * es, recvbuf, recvcapacity * es, bytes,
+                         bytes + comm->size, dtype, algo);
     if (st == FLX_OK) {
         for (int i = 0; i < comm->size; i++) {
-            counts_p[i] /= es;
-            displs_p[i] /= es;
+            counts_p[i] = bytes[i] / es;
+            displs_p[i] = bytes[comm->size + i] / es;
         }
     }
+    free(bytes);
     return st;
 }

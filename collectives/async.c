@@ -8,6 +8,57 @@
 
 #include <stdlib.h>
 
+/* Every request handed out and not yet ended by flx_wait or flx_test (nor
+ * freed by flx_comm_destroy).  A handle that is not among them is refused
+ * with one log line instead of being read after it was freed (a second
+ * flx_wait on the same request, a wait after the communicator is gone).
+ * Few requests are live at a time: a list will do. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static flx_request_t *live_head;
+
+static void live_unlink(flx_request_t *req) /* live_lock held */
+{
+    if (req->live_prev)
+        req->live_prev->live_next = req->live_next;
+    else
+        live_head = req->live_next;
+    if (req->live_next)
+        req->live_next->live_prev = req->live_prev;
+}
+
+/* Take req for fn: 0 (and one log line) if it is not live, or another
+ * thread has it. */
+static int live_claim(flx_request_h req, const char *fn)
+{
+    flx_request_t *r;
+
+    pthread_mutex_lock(&live_lock);
+    for (r = live_head; r != NULL && r != req; r = r->live_next)
+        ;
+    if (r == NULL || r->claimed) {
+        pthread_mutex_unlock(&live_lock);
+        if (r == NULL)
+            flx_error(COLL, -1, "%s: %p is not a pending request (already ended by flx_wait or "
+                      "flx_test, or its communicator destroyed)", fn, (void *)req);
+        else
+            flx_error(COLL, r->comm->rank, "%s: request %p is being waited for in another "
+                      "thread", fn, (void *)req);
+        return 0;
+    }
+    r->claimed = 1;
+    pthread_mutex_unlock(&live_lock);
+    return 1;
+}
+
+/* End a claimed request: out of the list, freed. */
+static void live_end(flx_request_t *req)
+{
+    pthread_mutex_lock(&live_lock);
+    live_unlink(req);
+    pthread_mutex_unlock(&live_lock);
+    free(req);
+}
+
 static void *async_worker(void *arg)
 {
     flx_comm_h comm = arg;
@@ -76,6 +127,13 @@ static flx_status_t async_submit(flx_comm_h comm, flx_request_t *req, flx_reques
         comm->q_head = req;
     comm->q_tail = req;
     comm->pending++;
+    pthread_mutex_lock(&live_lock); /* live before the caller can hold it */
+    req->live_prev = NULL;
+    req->live_next = live_head;
+    if (live_head)
+        live_head->live_prev = req;
+    live_head = req;
+    pthread_mutex_unlock(&live_lock);
     pthread_cond_broadcast(&comm->cond);
     pthread_mutex_unlock(&comm->lock);
     *req_p = req;
@@ -139,15 +197,20 @@ flx_status_t flx_test(flx_request_h req)
         flx_error(COLL, -1, "flx_test: request is NULL");
         return FLX_ERR_INVALID_ARG;
     }
+    if (!live_claim(req, "flx_test"))
+        return FLX_ERR_INVALID_ARG;
     comm = req->comm;
     pthread_mutex_lock(&comm->lock);
     if (!req->done) {
         pthread_mutex_unlock(&comm->lock);
+        pthread_mutex_lock(&live_lock);
+        req->claimed = 0;
+        pthread_mutex_unlock(&live_lock);
         return FLX_INPROGRESS;
     }
     pthread_mutex_unlock(&comm->lock);
     st = req->status;
-    free(req);
+    live_end(req);
     return st;
 }
 
@@ -160,13 +223,15 @@ flx_status_t flx_wait(flx_request_h req)
         flx_error(COLL, -1, "flx_wait: request is NULL");
         return FLX_ERR_INVALID_ARG;
     }
+    if (!live_claim(req, "flx_wait"))
+        return FLX_ERR_INVALID_ARG;
     comm = req->comm;
     pthread_mutex_lock(&comm->lock);
     while (!req->done)
         pthread_cond_wait(&comm->cond, &comm->lock);
     pthread_mutex_unlock(&comm->lock);
     st = req->status;
-    free(req);
+    live_end(req);
     return st;
 }
 
@@ -182,4 +247,14 @@ void comm_async_stop(flx_comm_h comm)
     pthread_mutex_unlock(&comm->lock);
     pthread_join(comm->worker, NULL);
     comm->worker_started = 0;
+    /* every request has ended: those the caller did not end go with comm */
+    pthread_mutex_lock(&live_lock);
+    for (flx_request_t *r = live_head, *next; r != NULL; r = next) {
+        next = r->live_next;
+        if (r->comm == comm && !r->claimed) {
+            live_unlink(r);
+            free(r);
+        }
+    }
+    pthread_mutex_unlock(&live_lock);
 }

@@ -9,7 +9,8 @@
  * runs at a time).  NULL when out of memory. */
 void *coll_scratch(flx_comm_h comm, size_t bytes);
 void *coll_scratch_slot(flx_comm_h comm, int slot, size_t bytes);
-/* stop the background thread after the queued requests (async.c) */
+/* stop the background thread after the queued requests, and free the
+ * requests that flx_wait / flx_test have not ended (async.c) */
 void comm_async_stop(flx_comm_h comm);
 
 /* ring: reduce-scatter then allgather over segments off[i], len[i] (in
@@ -169,10 +170,12 @@ enum {
  * block).  sendbuf is copied to its place first (it may already be there).
  * A total above capacity: FLX_ERR_INVALID_ARG on every rank, no data moved,
  * and the communicator keeps working.  Takes the execution lock like the
- * public calls (waits for earlier non-blocking requests). */
+ * public calls (waits for earlier non-blocking requests).  dtype travels in
+ * the wire tags, so ranks that pass different ones get FLX_ERR_MISMATCH
+ * (callers that move raw bytes pass FLX_INT64). */
 flx_status_t coll_allgatherv(flx_comm_h comm, const void *sendbuf, size_t sendbytes,
                              void *recvbuf, size_t capacity, size_t *counts, size_t *displs,
-                             flx_algo_t algo);
+                             flx_dtype_t dtype, flx_algo_t algo);
 
 /* ---- end of the compression layer support ---- */
 

@@ -241,6 +241,8 @@ flx_status_t flx_comm_link_model(flx_comm_h comm, flx_link_model_t *model_p)
                   comm ? "model_p" : "comm");
         return FLX_ERR_INVALID_ARG;
     }
+    if (comm_aborted(comm))
+        return FLX_ERR_ABORTED;
     pthread_mutex_lock(&comm->lock); /* the live refresh writes it under exec */
     *model_p = comm->model;
     pthread_mutex_unlock(&comm->lock);
@@ -253,6 +255,8 @@ static flx_status_t comm_mem_op(flx_comm_h comm, void *ptr, size_t len, int reg)
 {
     flx_status_t st;
 
+    if (comm_aborted(comm)) /* flx_comm_destroy releases what is registered */
+        return FLX_ERR_ABORTED;
     if (reg ? comm->tl->mem_register == NULL : comm->tl->mem_deregister == NULL)
         return FLX_OK;
     pthread_mutex_lock(&comm->exec);

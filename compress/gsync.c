@@ -243,6 +243,60 @@ static void gsync_free(flx_gsync_h h)
     free(h);
 }
 
+/* n and every option that shapes what travels (or what random-k, QSGD and
+ * PowerSGD draw from the seed) must be the same on every rank: one small
+ * allreduce of each value and of its complement, whose maximum is then the
+ * smallest value's complement.  FLX_ERR_MISMATCH on every rank, one line
+ * naming the first that differs; the communicator keeps working. */
+static flx_status_t gsync_agree(flx_comm_h comm, int rank, size_t n, const flx_gsync_opts_t *o)
+{
+    int64_t ewma_bits, v[24];
+    const struct {
+        const char *name;
+        int64_t value;
+    } f[12] = {
+        {"n", (int64_t)n},
+        {"method", o->method},
+        {"kept elements (kept_fraction x n)", (int64_t)gsync_k(o->kept_fraction, n)},
+        {"select", o->select},
+        {"leader", o->leader},
+        {"index_mode", o->index_mode},
+        {"collective", o->collective},
+        {"powersgd_rank", o->powersgd_rank},
+        {"op", o->op},
+        {"seed", (int64_t)o->seed},
+        {"qsgd_bucket", (int64_t)o->qsgd_bucket},
+        {"var_ewma", (memcpy(&ewma_bits, &o->var_ewma, sizeof(ewma_bits)), ewma_bits)},
+    };
+    const int nf = (int)(sizeof(f) / sizeof(f[0]));
+    flx_status_t st;
+
+    for (int i = 0; i < nf; i++) {
+        v[i] = f[i].value;
+        v[nf + i] = ~f[i].value;
+    }
+    st = flx_allreduce(comm, v, v, 2 * (size_t)nf, FLX_INT64, FLX_MAX, FLX_ALGO_AUTO);
+    for (int i = 0; st == FLX_OK && i < nf; i++) {
+        int64_t lo = ~v[nf + i], hi = v[i];
+        if (lo == hi)
+            continue;
+        if (i == nf - 1) { /* a double: its bits travelled */
+            double dlo, dhi;
+            memcpy(&dlo, &lo, sizeof(dlo));
+            memcpy(&dhi, &hi, sizeof(dhi));
+            flx_error(COMPRESS, rank, "flx_gsync_create: the ranks' %s differ (this rank %g, "
+                      "across the ranks %g to %g): every rank must pass the same n and options",
+                      f[i].name, o->var_ewma, dlo, dhi);
+        } else {
+            flx_error(COMPRESS, rank, "flx_gsync_create: the ranks' %s differ (this rank %lld, "
+                      "across the ranks %lld to %lld): every rank must pass the same n and options",
+                      f[i].name, (long long)f[i].value, (long long)lo, (long long)hi);
+        }
+        st = FLX_ERR_MISMATCH;
+    }
+    return st;
+}
+
 flx_status_t flx_gsync_create(flx_comm_h comm, size_t n, const flx_gsync_opts_t *opts,
                               flx_gsync_h *h_p)
 {
@@ -258,6 +312,8 @@ flx_status_t flx_gsync_create(flx_comm_h comm, size_t n, const flx_gsync_opts_t 
     if (h == NULL)
         return FLX_ERR_NO_MEMORY;
     st = gsync_resolve(opts, n, rank, &h->o);
+    if (st == FLX_OK)
+        st = gsync_agree(comm, rank, n, &h->o);
     if (st != FLX_OK)
         goto err_free_gsync;
     h->comm = comm;
@@ -697,7 +753,7 @@ static flx_status_t gsync_step_qsgd(flx_gsync_h h, float *grad, flx_gsync_report
     t1 = flx_time_now();
     rep->select_s += t1 - t0;
     st = coll_allgatherv(h->comm, h->qblock, h->qbytes, h->qrecv, N * h->qbytes, counts,
-                         displs, FLX_ALGO_AUTO);
+                         displs, FLX_INT64, FLX_ALGO_AUTO);
     rep->comm_s += flx_time_now() - t1;
     if (st != FLX_OK)
         return st;

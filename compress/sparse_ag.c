@@ -110,7 +110,7 @@ flx_status_t cmp_sparse_ag_step(cmp_sparse_ag_t *ag, const int32_t *idx, const f
     memcpy(ag->send + SAG_HEADER + 4 * k, val, k * sizeof(float));
     st = coll_allgatherv(ag->comm, ag->send, sag_block_bytes(k), ag->recv,
                          (size_t)N * sag_block_bytes(ag->k_max), ag->counts, ag->displs,
-                         ag->algo);
+                         FLX_INT64, ag->algo);
     if (st != FLX_OK)
         return st;
     /* validate every block before touching out */

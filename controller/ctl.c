@@ -265,7 +265,6 @@ flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opts_t *opt
         flx_error(CTRL, rank, "flx_ctl_create: %s", n == 0 ? "n = 0" : "NULL argument");
         return FLX_ERR_INVALID_ARG;
     }
-    *h_p = NULL;
     h = calloc(1, sizeof(*h));
     if (h == NULL)
         return FLX_ERR_NO_MEMORY;

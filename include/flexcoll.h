@@ -135,7 +135,8 @@ typedef struct {
  */
 FLX_API flx_status_t flx_comm_create(const flx_comm_params_t *params,
                                      flx_comm_h *comm_p);
-/* Destroy a communicator; waits for its pending requests.  NULL is a no-op. */
+/* Destroy a communicator; waits for its pending requests and frees those
+ * not yet ended by flx_wait / flx_test.  NULL is a no-op. */
 FLX_API flx_status_t flx_comm_destroy(flx_comm_h comm);
 /*
  * Abort the communicator: local, callable from any thread (not from a
@@ -219,7 +220,9 @@ FLX_API double flx_allgather_predict(flx_comm_h comm, size_t count, flx_dtype_t 
 /* ---------------------------------------------------------------------- */
 /* Blocking collectives.  All ranks call them in the same order with the   */
 /* same count, dtype, op, root and algo; a mismatch returns                */
-/* FLX_ERR_MISMATCH on every rank involved.  In place: sendbuf == recvbuf  */
+/* FLX_ERR_MISMATCH on every rank that receives in the call (a rank that   */
+/* only sends in it, such as a broadcast's root, can return FLX_OK and     */
+/* fails a later call).  In place: sendbuf == recvbuf                      */
 /* (allgather: sendbuf == recvbuf + rank * count * size).  After an error  */
 /* the communicator is broken: later calls return the same error.          */
 /* ---------------------------------------------------------------------- */
@@ -259,7 +262,10 @@ FLX_API flx_status_t flx_iallgather(flx_comm_h comm, const void *sendbuf,
 /* FLX_INPROGRESS while running; otherwise the request's final status, and
  * the request is freed (the handle must not be used again). */
 FLX_API flx_status_t flx_test(flx_request_h req);
-/* Wait for the request, free it, return its status. */
+/* Wait for the request, free it, return its status.  Either call on a
+ * handle that is no longer pending (a second flx_wait, a flx_wait after the
+ * flx_test that ended it, or after flx_comm_destroy), or on one that
+ * another thread is waiting for: FLX_ERR_INVALID_ARG with one log line. */
 FLX_API flx_status_t flx_wait(flx_request_h req);
 
 /* ---------------------------------------------------------------------- */
@@ -405,8 +411,10 @@ FLX_API void flx_gsync_opts_default(flx_gsync_opts_t *opts);
  * defaults).  FLX_ERR_INVALID_ARG (one log line) for n = 0, c outside
  * (0, 1], an unknown method / selection / leader / mode / collective, op
  * other than SUM and AVG, powersgd_rank < 1, qsgd_bucket = 0, var_ewma
- * outside (0, 1].  On success *h_p owns its memory and borrows comm (which
- * must outlive it). */
+ * outside (0, 1].  Ranks whose n or options differ (threads and
+ * error_feedback may): FLX_ERR_MISMATCH on every rank, one log line naming
+ * the first that differs, the communicator keeps working.  On success *h_p
+ * owns its memory and borrows comm (which must outlive it). */
 FLX_API flx_status_t flx_gsync_create(flx_comm_h comm, size_t n, const flx_gsync_opts_t *opts,
                                       flx_gsync_h *h_p);
 
@@ -415,9 +423,10 @@ FLX_API flx_status_t flx_gsync_create(flx_comm_h comm, size_t n, const flx_gsync
  * the decompressed C(g + e)), identical on every rank, and the residuals
  * hold g + e - C(g + e).  report_p may be NULL.
  * A NaN or Inf in any rank's gradient: every rank returns
- * FLX_ERR_INVALID_ARG (the rank that saw it logs one line), grad_in_out and
- * the residuals are left as they were, the communicator keeps working
- * (NONE: grad_in_out then holds the non-finite sum).  Finite gradients
+ * FLX_ERR_INVALID_ARG (the rank that saw it logs one line; NONE, which
+ * finds it in the sum, logs one line on every rank), grad_in_out and the
+ * residuals are left as they were, the communicator keeps working (NONE:
+ * grad_in_out then holds the non-finite sum).  Finite gradients
  * whose synchronised sum overflows float (or, PowerSGD, whose products
  * do): every rank returns FLX_ERR_INVALID_ARG with one log line, the
  * residuals (and PowerSGD's warm start) are left as they were, and
@@ -458,7 +467,9 @@ FLX_API const char *flx_gsync_coll_name(flx_gsync_coll_t collective);
  * the caller's) are filled from the counts every rank sent, which travel
  * first, each with its rank's recvcapacity (recvbuf's size in elements): a
  * total above any rank's recvcapacity is FLX_ERR_INVALID_ARG on every rank
- * (no data moved, the communicator keeps working).  algo: FLX_ALGO_AUTO, FLX_ALGO_RING or FLX_ALGO_RD (Bruck). */
+ * (no data moved, the communicator keeps working).  algo: FLX_ALGO_AUTO,
+ * FLX_ALGO_RING or FLX_ALGO_RD (Bruck); tree and hd choose as auto, as for
+ * flx_allgather.  Ranks that pass different dtypes get FLX_ERR_MISMATCH. */
 FLX_API flx_status_t flx_allgatherv(flx_comm_h comm, const void *sendbuf, size_t sendcount,
                                     void *recvbuf, size_t recvcapacity, size_t *counts_p,
                                     size_t *displs_p, flx_dtype_t dtype, flx_algo_t algo);
@@ -559,7 +570,7 @@ FLX_API flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opt
  * comm between two steps runs after it, and flx_comm_link_model /
  * flx_allreduce_algo read between two steps may differ across ranks.
  * A NaN or Inf in any rank's gradient, or a sum that overflows: every rank
- * returns FLX_ERR_INVALID_ARG (as flx_gsync_step; a dense step too), the
+ * returns FLX_ERR_INVALID_ARG (as flx_gsync_step; a dense step, as NONE), the
  * residuals stay, and the next step's statistics do not see it.
  * compute_s must be finite and >= 0 (else FLX_ERR_INVALID_ARG, local).
  * report_p may be NULL. */

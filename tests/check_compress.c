@@ -1042,7 +1042,8 @@ static int body_allgatherv(flx_comm_h comm, int rank, int N, void *arg)
             send = malloc(mine + 1);
             for (size_t i = 0; i < mine; i++)
                 send[i] = (unsigned char)(rank * 31 + i * 7);
-            st = coll_allgatherv(comm, send, mine, recv, cap, counts, displs, algos[a]);
+            st = coll_allgatherv(comm, send, mine, recv, cap, counts, displs, FLX_INT64,
+                                algos[a]);
             if (st != FLX_OK)
                 rc = mp_fail(rank, "allgatherv shape %d %s: %s", shape, flx_algo_name(algos[a]),
                              flx_status_string(st));
@@ -1067,7 +1068,7 @@ static int body_allgatherv(flx_comm_h comm, int rank, int N, void *arg)
     if (rc == 0) {
         char buf[64], one[8] = {0};
         flx_status_t st = coll_allgatherv(comm, one, 8, buf, 8 * (size_t)N - 1, counts, displs,
-                                          FLX_ALGO_AUTO);
+                                          FLX_INT64, FLX_ALGO_AUTO);
         if (st != FLX_ERR_INVALID_ARG)
             rc = mp_fail(rank, "allgatherv into a short buffer: %s", flx_status_string(st));
         else if (flx_barrier(comm) != FLX_OK)
@@ -1148,6 +1149,70 @@ static int body_approx_auto(flx_comm_h comm, int rank, int N, void *arg)
     return rc;
 }
 
+/* Ranks that create a gsync object with different n or options: the
+ * creation itself fails with FLX_ERR_MISMATCH on every rank (before, a
+ * random-k pair with 256 and 257 elements kept the same k, synchronised
+ * without an error and left the ranks with different gradients), writes no
+ * handle, and the communicator keeps working.  Options that are a rank's
+ * own business (threads) may differ. */
+static int body_options_differ(flx_comm_h comm, int rank, int N, void *arg)
+{
+    const int odd = rank == N - 1; /* the rank whose options differ */
+    float g[300];
+
+    (void)arg;
+    for (int c = 0; c < 5; c++) {
+        flx_gsync_opts_t o;
+        flx_gsync_h h = NULL;
+        size_t n = 256;
+        flx_status_t st, want = c == 4 ? FLX_OK : FLX_ERR_MISMATCH;
+
+        flx_gsync_opts_default(&o);
+        o.field_mask = FLX_GSYNC_OPT_METHOD | FLX_GSYNC_OPT_KEPT_FRACTION;
+        o.method = FLX_COMPRESS_TOPK;
+        o.kept_fraction = 0.1;
+        switch (c) {
+        case 0: /* n: the same k (25) either way */
+            o.method = FLX_COMPRESS_RANDK;
+            n += (size_t)odd;
+            break;
+        case 1:
+            o.field_mask |= FLX_GSYNC_OPT_SEED;
+            o.seed = 7 + (uint64_t)odd;
+            break;
+        case 2:
+            o.kept_fraction = odd ? 0.2 : 0.1;
+            break;
+        case 3: /* a double option */
+            o.field_mask |= FLX_GSYNC_OPT_LEADER | FLX_GSYNC_OPT_VAR_EWMA;
+            o.leader = FLX_LEADER_VAR;
+            o.var_ewma = odd ? 0.5 : 0.1;
+            break;
+        case 4:
+            o.field_mask |= FLX_GSYNC_OPT_THREADS;
+            o.threads = 1 + odd;
+            break;
+        }
+        st = flx_gsync_create(comm, n, &o, &h);
+        if (st != want)
+            return mp_fail(rank, "case %d: create gave %s, not %s", c, flx_status_name(st),
+                           flx_status_name(want));
+        if (st != FLX_OK && h != NULL)
+            return mp_fail(rank, "case %d: a failed create wrote a handle", c);
+        if (st == FLX_OK) {
+            for (size_t i = 0; i < n; i++)
+                g[i] = (float)((i * 7 + (size_t)rank) % 13) - 6.0f;
+            st = flx_gsync_step(h, g, NULL);
+            flx_gsync_destroy(h);
+            if (st != FLX_OK)
+                return mp_fail(rank, "case %d: step gave %s", c, flx_status_name(st));
+        }
+        if ((st = flx_barrier(comm)) != FLX_OK)
+            return mp_fail(rank, "case %d: barrier after it gave %s", c, flx_status_name(st));
+    }
+    return 0;
+}
+
 /* ---- test cases --------------------------------------------------------------------------- */
 
 #define MP_TEST(name, body, timeout)                                            \
@@ -1183,6 +1248,7 @@ MP_TEST(test_qsgd, body_qsgd, 60)
 MP_TEST(test_powersgd, body_powersgd, 60)
 MP_TEST(test_allgatherv, body_allgatherv, 60)
 MP_TEST(test_approx_auto, body_approx_auto, 120)
+MP_TEST(test_options_differ, body_options_differ, 60)
 
 int main(void)
 {
@@ -1205,6 +1271,7 @@ int main(void)
     tcase_add_loop_test(tc, test_powersgd, 1, 6);
     tcase_add_loop_test(tc, test_allgatherv, 1, 6);
     tcase_add_loop_test(tc, test_approx_auto, 1, 5);
+    tcase_add_loop_test(tc, test_options_differ, 2, 4);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

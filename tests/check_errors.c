@@ -39,7 +39,9 @@ static int code_of(flx_status_t st)
 
 /* ---- mismatches ----------------------------------------------------------- */
 
-typedef enum { MM_COUNT, MM_DTYPE, MM_KIND, MM_SKIP, MM_ALGO, MM_COUNT_HD, MM_ALGO_HD } mm_kind_t;
+typedef enum {
+    MM_COUNT, MM_DTYPE, MM_KIND, MM_SKIP, MM_ALGO, MM_COUNT_HD, MM_ALGO_HD, MM_AGV_DTYPE
+} mm_kind_t;
 
 static int body_mismatch(flx_comm_h comm, int rank, int size, void *arg)
 {
@@ -86,6 +88,17 @@ static int body_mismatch(flx_comm_h comm, int rank, int size, void *arg)
         st = flx_allreduce(comm, buf, buf, 1000, FLX_FLOAT32, FLX_SUM,
                            rank == 1 ? FLX_ALGO_HD : FLX_ALGO_RD);
         break;
+    case MM_AGV_DTYPE: { /* the same 32 bytes a rank: 4 float64 on rank 1, 8 float32 elsewhere */
+        size_t counts[4] = {777, 777, 777, 777}, displs[4] = {777, 777, 777, 777};
+        st = flx_allgatherv(comm, buf, rank == 1 ? 4 : 8, out, 1024, counts, displs,
+                            rank == 1 ? FLX_FLOAT64 : FLX_FLOAT32, FLX_ALGO_AUTO);
+        for (int i = 0; st != FLX_OK && i < 4; i++)
+            if (counts[i] != 777 || displs[i] != 777)
+                return mp_fail(rank, "allgatherv returned %s and wrote counts[%d] = %zu, "
+                               "displs[%d] = %zu", flx_status_string(st), i, counts[i], i,
+                               displs[i]);
+        break;
+    }
     }
     /* found by the mismatch check, not by FLX_TIMEOUT (20 s here) */
     if (flx_time_now() - t0 > 10.0)
@@ -189,7 +202,8 @@ END_TEST
  * empty messages, so the disagreement is an error, not a silent success
  * that leaves the root's data queued at rank 1 for good.  Then allgatherv
  * with rank 1's capacity too small for the total and the others' large
- * enough: every rank fails it alike and the communicator keeps working. */
+ * enough: every rank fails it alike, leaves its counts and displs as they
+ * were, and the communicator keeps working. */
 static int body_zero_count(flx_comm_h comm, int rank, int size, void *arg)
 {
     static float buf[1000 * 8], sbuf[1000];
@@ -215,11 +229,17 @@ static int body_zero_count(flx_comm_h comm, int rank, int size, void *arg)
         usleep(500000);
         return 0;
     }
+    for (int i = 0; i < size; i++)
+        counts[i] = displs[i] = 777;
     st = flx_allgatherv(comm, send, 4, recv, rank == 1 ? 4 * (size_t)size - 1 : 64, counts,
                         displs, FLX_FLOAT32, FLX_ALGO_AUTO);
     if (st != FLX_ERR_INVALID_ARG)
         return mp_fail(rank, "allgatherv with rank 1's capacity short: %s",
                        flx_status_string(st));
+    for (int i = 0; i < size; i++) /* outputs are written only on success */
+        if (counts[i] != 777 || displs[i] != 777)
+            return mp_fail(rank, "the refused allgatherv wrote counts[%d] = %zu, displs[%d] = %zu",
+                           i, counts[i], i, displs[i]);
     if ((st = flx_barrier(comm)) != FLX_OK)
         return mp_fail(rank, "barrier after the refused allgatherv: %s", flx_status_string(st));
     for (int i = 0; i < 1000; i++)
@@ -1273,6 +1293,24 @@ static int body_bad_args(flx_comm_h comm, int rank, int size, void *arg)
             flx_gsync_destroy(NULL) != FLX_OK)
             return mp_fail(rank, "gsync NULL handling");
     }
+    {   /* handles no longer pending: refused, not read after their free */
+        flx_request_h r1, r2;
+        float v = 1;
+        flx_status_t st;
+        if (flx_iallreduce(comm, &v, &v, 1, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO, &r1) != FLX_OK ||
+            (st = flx_wait(r1)) != FLX_OK)
+            return mp_fail(rank, "a good iallreduce failed");
+        EXPECT_INVALID(flx_wait(r1)); /* before r2 exists: r1's memory is not reused yet */
+        EXPECT_INVALID(flx_test(r1));
+        if (flx_iallreduce(comm, &v, &v, 1, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO, &r2) != FLX_OK)
+            return mp_fail(rank, "a second good iallreduce failed");
+        while ((st = flx_test(r2)) == FLX_INPROGRESS)
+            usleep(100);
+        if (st != FLX_OK)
+            return mp_fail(rank, "flx_test ended the good iallreduce with %s",
+                           flx_status_string(st));
+        EXPECT_INVALID(flx_wait(r2));
+    }
     (void)req;
     /* none of that touched the wire: a real collective still works */
     a[0] = (float)rank;
@@ -1285,6 +1323,27 @@ static int body_bad_args(flx_comm_h comm, int rank, int size, void *arg)
 START_TEST(test_bad_args)
 {
     ck_assert_int_eq(mp_run(3, body_bad_args, NULL, 30, NULL), 0);
+}
+END_TEST
+
+/* A request the caller never ended is freed by flx_comm_destroy; waiting
+ * for it afterwards is refused with one line (before: a read of the freed
+ * communicator; the sanitizer build would report it). */
+START_TEST(test_request_after_destroy)
+{
+    flx_comm_params_t p = {.field_mask = FLX_COMM_PARAM_RANK | FLX_COMM_PARAM_SIZE,
+                           .rank = 0, .size = 1};
+    flx_comm_h comm;
+    flx_request_h req;
+    float v = 2;
+
+    ck_assert_int_eq(flx_comm_create(&p, &comm), FLX_OK);
+    ck_assert_int_eq(flx_iallreduce(comm, &v, &v, 1, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO, &req),
+                     FLX_OK);
+    ck_assert_int_eq(flx_comm_destroy(comm), FLX_OK);
+    ck_assert(v == 2.0f);
+    ck_assert_int_eq(flx_wait(req), FLX_ERR_INVALID_ARG);
+    ck_assert_int_eq(flx_test(req), FLX_ERR_INVALID_ARG);
 }
 END_TEST
 
@@ -1354,7 +1413,7 @@ int main(void)
     int failed;
 
     tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, test_mismatch, MM_COUNT, MM_ALGO_HD + 1);
+    tcase_add_loop_test(tc, test_mismatch, MM_COUNT, MM_AGV_DTYPE + 1);
     tcase_add_test(tc, test_skipped_buffered);
     tcase_add_loop_test(tc, test_zero_count, 0, 24);
     suite_add_tcase(s, tc);
@@ -1369,6 +1428,7 @@ int main(void)
     tcase_add_test(tc, test_open_fds);
     tcase_add_loop_test(tc, test_fd_limit, 0, 6);
     tcase_add_test(tc, test_bad_args);
+    tcase_add_test(tc, test_request_after_destroy);
     tcase_add_test(tc, test_bad_env);
     suite_add_tcase(s, tc);
     tc = tcase_create("nomem");

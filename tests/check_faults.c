@@ -536,13 +536,35 @@ START_TEST(test_abort_single_rank)
     flx_comm_h comm;
     float x = 1;
 
+    static float reg[1024];
+    float y[4];
+    size_t counts[1], displs[1];
+    flx_link_model_t lm = {0}, lm0;
+    flx_gsync_h g = (flx_gsync_h)(void *)&x; /* outputs written only on success */
+    flx_ctl_h ctl = (flx_ctl_h)(void *)&x;
+
     ck_assert_int_eq(flx_comm_create(&p, &comm), FLX_OK);
     ck_assert_int_eq(flx_comm_get_async_error(comm), FLX_OK);
     ck_assert_int_eq(flx_allreduce(comm, &x, &x, 1, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO), FLX_OK);
+    ck_assert_int_eq(flx_mem_register(comm, reg, sizeof(reg)), FLX_OK);
     ck_assert_int_eq(flx_comm_abort(comm), FLX_OK);
     ck_assert_int_eq(flx_allreduce(comm, &x, &x, 1, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO),
                      FLX_ERR_ABORTED);
     ck_assert_int_eq(flx_comm_get_async_error(comm), FLX_ERR_ABORTED);
+    /* every later call, not only the collectives (destroy releases the registration) */
+    ck_assert_int_eq(flx_allgather(comm, y, y, 1, FLX_FLOAT32, FLX_ALGO_AUTO), FLX_ERR_ABORTED);
+    ck_assert_int_eq(flx_reduce_scatter(comm, y, y, 1, FLX_FLOAT32, FLX_SUM), FLX_ERR_ABORTED);
+    ck_assert_int_eq(flx_allgatherv(comm, y, 1, y + 1, 1, counts, displs, FLX_FLOAT32,
+                                    FLX_ALGO_AUTO), FLX_ERR_ABORTED);
+    ck_assert_int_eq(flx_mem_register(comm, y, sizeof(y)), FLX_ERR_ABORTED);
+    ck_assert_int_eq(flx_mem_deregister(comm, reg), FLX_ERR_ABORTED);
+    lm0 = lm;
+    ck_assert_int_eq(flx_comm_link_model(comm, &lm), FLX_ERR_ABORTED);
+    ck_assert(memcmp(&lm, &lm0, sizeof(lm)) == 0);
+    ck_assert_int_eq(flx_gsync_create(comm, 16, NULL, &g), FLX_ERR_ABORTED);
+    ck_assert_ptr_eq(g, (flx_gsync_h)(void *)&x);
+    ck_assert_int_eq(flx_ctl_create(comm, 16, NULL, &ctl), FLX_ERR_ABORTED);
+    ck_assert_ptr_eq(ctl, (flx_ctl_h)(void *)&x);
     ck_assert_int_eq(flx_comm_destroy(comm), FLX_OK);
     ck_assert_int_eq(flx_comm_abort(NULL), FLX_ERR_INVALID_ARG);
     ck_assert_int_eq(flx_comm_get_async_error(NULL), FLX_ERR_INVALID_ARG);
