@@ -282,7 +282,11 @@ static int enum_index(const char *const *choices, const char *s)
 static const char *kind_expect(const cfg_field_t *f)
 {
     switch (f->kind) {
-    case CFG_INT: return "an integer in range";
+    case CFG_INT: {
+        static __thread char buf[64];
+        snprintf(buf, sizeof(buf), "an integer from %ld to %ld", f->min, f->max);
+        return buf;
+    }
     case CFG_SIZE:
         if (f->min > 1) {
             static __thread char buf[80];
@@ -440,12 +444,23 @@ static void field_format(const cfg_field_t *f, const flx_config_t *cfg, char *bu
         else snprintf(buf, len, "%zu", v);
         break;
     }
-    case CFG_TIME: snprintf(buf, len, "%gs", *(const double *)base); break;
+    case CFG_TIME: { /* as the defaults are written: 0, 30s, 10ms, 500us */
+        double t = *(const double *)base;
+        if (t == 0) snprintf(buf, len, "0");
+        else if (t >= 1) snprintf(buf, len, "%gs", t);
+        else if (t >= 1e-3) snprintf(buf, len, "%gms", t * 1e3);
+        else snprintf(buf, len, "%gus", t * 1e6);
+        break;
+    }
     case CFG_RATE: snprintf(buf, len, "%g", *(const double *)base); break;
     case CFG_BOOL: snprintf(buf, len, "%s", *(const int *)base ? "yes" : "no"); break;
     case CFG_STRING: snprintf(buf, len, "%s", base); break;
     case CFG_ENUM: snprintf(buf, len, "%s", f->choices[*(const int *)base]); break;
-    case CFG_LOGLEVEL: snprintf(buf, len, "%s", flx_log_level_name(*(const int *)base)); break;
+    case CFG_LOGLEVEL: /* lower case, as the default is written */
+        snprintf(buf, len, "%s", flx_log_level_name(*(const int *)base));
+        for (char *c = buf; *c; c++)
+            *c = (char)tolower((unsigned char)*c);
+        break;
     case CFG_SUBSYS: {
         unsigned mask = *(const unsigned *)base;
         size_t n = 0;

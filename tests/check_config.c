@@ -443,6 +443,20 @@ START_TEST(test_config_print)
     ck_assert_ptr_nonnull(strstr(text, "\nFLX_ALGO=auto    # default: auto\n"));
     ck_assert_ptr_nonnull(strstr(text, "\nFLX_CHUNK_SIZE=512k    # default: 512k\n"));
     ck_assert_ptr_nonnull(strstr(text, "\nFLX_JOB_SECRET=    # default: (unset)\n"));
+    /* with nothing set, every value is written as its default is (10ms, not 0.01s; warn,
+     * not WARN) */
+    for (const char *p = strstr(text, "\nFLX_"); p != NULL; p = strstr(p + 1, "\nFLX_")) {
+        char name[64], value[64], dflt[64];
+        if (sscanf(p + 1, "FLX_%63[^=]=%63[^ \n]    # default: %63[^\n]", name, value, dflt) == 3)
+            ck_assert_msg(strcmp(value, dflt) == 0, "FLX_%s=%s, default %s", name, value, dflt);
+        else if (sscanf(p + 1, "FLX_%63[^=]=    # default: %63[^\n]", name, dflt) == 2)
+            ck_assert_msg(strcmp(dflt, "(unset)") == 0 || dflt[0] == '\0',
+                          "FLX_%s is empty, default %s", name, dflt);
+        else
+            ck_abort_msg("unreadable line: %.80s", p + 1);
+    }
+    ck_assert_ptr_nonnull(strstr(text, "\nFLX_SPIN=2ms    # default: 2ms\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nFLX_LOG_LEVEL=warn    # default: warn\n"));
     /* help text and choices */
     ck_assert_ptr_nonnull(strstr(text, "# a collective that makes no progress for this long"));
     ck_assert_ptr_nonnull(strstr(text, "# collective algorithm: auto|ring|tree|rd"));

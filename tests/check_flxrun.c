@@ -683,10 +683,15 @@ START_TEST(test_stuck_reader)
     pid_t pid;
 
     for (int err_too = 0; err_too < 2; err_too++) {
+        double t0 = now_s();
         pid = spawn_stuck(timed, err_too, &rfd);
         code = wait_exit_within(pid, 10.0);
         ck_assert_msg(code == 124, "timeout with a stuck reader (stderr %s): exit %d",
                       err_too ? "too" : "apart", code);
+        /* yes dies of the SIGTERM at 1 s; the drain (1 s) starts then, not after
+         * the 3 s grace before a SIGKILL that nobody needs (exit at 5 s before) */
+        ck_assert_msg(now_s() - t0 < 4.0, "a stuck reader held flxrun %.1f s",
+                      now_s() - t0);
         close(rfd);
     }
     pid = spawn_stuck(plain, 1, &rfd);

@@ -101,6 +101,32 @@ rm -rf "$bs"
 
 out=$("$top/flx-train" --data /nonexistent/dir --epochs 1 2>&1) && fail "missing data accepted"
 echo "$out" | grep -q "/nonexistent/dir/train-images-idx3-ubyte" || fail "error does not name the file: $out"
+[ "$(echo "$out" | wc -l)" -eq 1 ] || fail "missing data: more than the one line naming the file: $out"
+out=$("$top/flx-train" --synthetic --policy dense --ctl-log /tmp/never.csv 2>&1) &&
+    fail "--ctl-log accepted with a policy that logs no decision"
+echo "$out" | grep -q "ctl-log needs a policy the controller runs" || fail "--ctl-log with dense: $out"
+# bad arguments: one line saying what is wrong, exit 2; --help shows each tool's own defaults
+"$top/flx-info" extra >/dev/null 2>&1; [ $? -eq 2 ] || fail "flx-info accepted an extra argument"
+out=$(FLX_SIZE=5000 "$top/flx-info" -c 2>&1) && fail "FLX_SIZE=5000 accepted"
+echo "$out" | grep -q "expected an integer from 1 to 2048" || fail "FLX_SIZE=5000: no range: $out"
+"$top/flx-reduce-perf" --help | grep -q "smallest size in bytes (8, 4k, 1M...; default 4k)" ||
+    fail "flx-reduce-perf --help: wrong -b default"
+"$top/flx-reduce-perf" --help | grep -q "largest size in bytes (default 256M)" ||
+    fail "flx-reduce-perf --help: wrong -e default"
+"$top/flx-allreduce-perf" --help | grep -q "largest size in bytes (default 64M)" ||
+    fail "flx-allreduce-perf --help: wrong -e default"
+for args in "-c 0|-c 0: not a list of at most" "-b 8M -e 4M|-b 8388608 is larger than -e 4194304" \
+            "-m foo|unknown option '-m'" "-e 4G|-e 4294967296: at most 2^31 - 1 elements"; do
+    out=$("$top/flx-topk-perf" ${args%%|*} 2>&1); rc=$?
+    [ "$rc" -eq 2 ] && echo "$out" | grep -q "^flx-topk-perf: ${args#*|}" ||
+        fail "flx-topk-perf ${args%%|*}: exit $rc: $out"
+done
+out=$("$top/flx-topk-perf" -b 1k -e 1k -n 1 -w 0 --csv /nonexistent-dir/x.csv 2>&1); rc=$?
+[ "$rc" -eq 2 ] && echo "$out" | grep -q "^flx-topk-perf: cannot write /nonexistent-dir/x.csv" ||
+    fail "flx-topk-perf with an unwritable --csv: exit $rc: $out"
+out=$("$top/flxrun" -n 1 "$top/flx-sparse-perf" -m foo 2>&1); rc=$?
+[ "$rc" -eq 2 ] && echo "$out" | grep -q "flx-sparse-perf: -m foo: not a list of methods" ||
+    fail "flx-sparse-perf -m foo: exit $rc: $out"
 # perf tools: a sweep with no size that holds one element per rank measures
 # nothing, which is a usage error, not "OK"; flx-sparse-perf refuses an
 # unwritable --csv on every rank and a compute time that is not finite
@@ -127,4 +153,8 @@ echo "$out" | grep -q "cannot open /nonexistent-dir/x.csv" || fail "--csv not na
 out=$(timeout 20 "$top/flxrun" -n 1 "$top/flx-sparse-perf" -b 4k -e 4k -n 1 -w 0 \
       --compute-us inf 2>&1); rc=$?
 [ "$rc" -eq 2 ] || fail "flx-sparse-perf --compute-us inf: exit $rc: $out"
+# the README shows the whole of tools/example.c: the same text
+src=${abs_top_srcdir:-.}
+sed -n '/The whole of `tools\/example.c`:/,/^```$/p' "$src/README.md" | sed '1,3d;$d' |
+    cmp -s - "$src/tools/example.c" || fail "README's copy of tools/example.c differs from the file"
 echo "PASS: flx-example, flx-info (-c, --calibrate), compare-mpi report, bench-select, flx-train, perf tools' bad input"

@@ -138,8 +138,9 @@ static int calibrate(void)
                                                    a ? FLX_ALGO_RD : FLX_ALGO_RING);
         }
         if (rank == 0) {
-            printf("# allgather, predicted us (bytes gathered in all; each algorithm's own fit)\n");
-            printf("%10s %10s %10s %6s\n", "bytes", "ring", "bruck", "auto");
+            printf("# allgather, predicted us (bytes gathered in all; each algorithm's own "
+                   "fit; rd: Bruck)\n");
+            printf("%10s %10s %10s %6s\n", "bytes", "ring", "rd", "auto");
             for (size_t k = 0; k < (sizeof(sizes) / sizeof(sizes[0])); k++)
                 printf("%10zu %10.1f %10.1f %6s\n", per[k] * 4 * (size_t)n, pred[k][0] * 1e6,
                        pred[k][1] * 1e6,
@@ -161,16 +162,23 @@ int main(int argc, char **argv)
                                              {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     flx_config_t cfg;
     flx_ctl_opts_t ctl;
-    int show_config = 0, opt;
+    int show_config = 0, do_calibrate = 0, opt;
 
     while ((opt = getopt_long(argc, argv, "ch", longopts, NULL)) != -1) {
         switch (opt) {
-        case 'C': return calibrate();
+        case 'C': do_calibrate = 1; break;
         case 'c': show_config = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
+    if (optind < argc) {
+        fprintf(stderr, "flx-info: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    if (do_calibrate)
+        return calibrate();
     if (flx_config_load(&cfg) != FLX_OK) {
         fprintf(stderr, "flx-info: the environment holds a malformed FLX_* value (see above)\n");
         return 1;

@@ -701,8 +701,14 @@ static double flxrun_job_deadlines(flxrun_job_t *job)
         else
             next = job->kill_deadline;
     }
-    if (job->killed && job->nexited == job->nstarted)
-        next = job->drain_deadline;
+    if (job->stopping && job->nexited == job->nstarted) {
+        /* a stopped job whose ranks are all gone: what a stuck reader still
+         * holds back is dropped a drain time from now (or from the kill) */
+        if (job->drain_deadline == 0)
+            job->drain_deadline = now + FLXRUN_DRAIN_S;
+        if (next < 0 || job->drain_deadline < next)
+            next = job->drain_deadline;
+    }
     return next;
 }
 
@@ -731,8 +737,9 @@ static void flxrun_write_all(flxrun_job_t *job, int fd, const char *buf, size_t 
         struct pollfd p[2] = {{.fd = fd, .events = POLLOUT}, {.fd = job->sig_rfd, .events = POLLIN}};
         ssize_t n;
 
-        /* everybody is gone and the drain time is up: the rest is dropped */
-        if (job->killed && job->nexited == job->nstarted && flxrun_now() >= job->drain_deadline)
+        /* a stopped job, everybody gone, the drain time up: the rest is dropped */
+        if (job->stopping && job->nexited == job->nstarted && job->drain_deadline > 0 &&
+            flxrun_now() >= job->drain_deadline)
             return;
         if (poll(p, 2, flxrun_poll_ms(flxrun_job_deadlines(job))) < 0 && errno != EINTR)
             return;

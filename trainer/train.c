@@ -248,6 +248,12 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         fprintf(stderr, "flx-train: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
+    if (o->sync.ctl_log && o->sync.policy != POL_ACCORDION && o->sync.policy != POL_GRAVAC &&
+        o->sync.policy != POL_FLEX) { /* only the controller's policies decide anything */
+        fprintf(stderr, "flx-train: --ctl-log needs a policy the controller runs (accordion, "
+                        "gravac or flex), not %s\n", policy_name(o->sync.policy));
+        return -1;
+    }
     if (o->momentum_correction && !sync_policy_topk(o->sync.policy)) {
         fprintf(stderr, "flx-train: --momentum-correction on needs a top-k policy (topk-ag, "
                         "artopk, accordion, gravac or flex), not %s\n",
@@ -615,8 +621,8 @@ int main(int argc, char **argv)
         if (st == FLX_OK && r.o.train_limit && r.o.train_limit < r.train.n)
             r.train.n = r.o.train_limit;
     }
-    if (st != FLX_OK)
-        fprintf(stderr, "flx-train: rank %d: no data: %s\n", r.rank, flx_status_string(st));
+    if (st != FLX_OK && r.o.synthetic) /* the IDX loader's own line names the file */
+        fprintf(stderr, "flx-train: rank %d: no memory for the synthetic task\n", r.rank);
     if (agree_data(&r, st) != 0)
         goto out;
     if (r.train.n < r.o.batch * (size_t)r.size) {

@@ -63,8 +63,8 @@ static const struct {
     char letter;
     const char *text;
 } perf_usage_lines[] = {
-    {'b', "-b, --minbytes SIZE      smallest size in bytes (8, 4k, 1M...; default 8)"},
-    {'e', "-e, --maxbytes SIZE      largest size in bytes (default 64M)"},
+    {'b', "-b, --minbytes SIZE      smallest size in bytes (8, 4k, 1M...; default %s)"},
+    {'e', "-e, --maxbytes SIZE      largest size in bytes (default %s)"},
     {'f', "-f, --stepfactor N       multiply the size by N each step (default 2; 1 = use -i)"},
     {'i', "-i, --stepbytes SIZE     add SIZE each step instead of multiplying"},
     {'n', "-n, --iters N            timed iterations per size (default 20)"},
@@ -80,12 +80,40 @@ static const struct {
     {'h', "-h, --help               this text"},
 };
 
-void perf_usage(FILE *out, const char *prog, const char *accept)
+/* 8, 4k, 64M: the way the sizes are written on the command line */
+static void perf_size_text(size_t bytes, char *buf, size_t len)
+{
+    static const char unit[] = "kMG";
+    int u = -1;
+
+    while (u < 2 && bytes >= 1024 && bytes % 1024 == 0) {
+        bytes /= 1024;
+        u++;
+    }
+    if (u < 0)
+        snprintf(buf, len, "%zu", bytes);
+    else
+        snprintf(buf, len, "%zu%c", bytes, unit[u]);
+}
+
+void perf_usage(FILE *out, const char *prog, const char *accept, const perf_args_t *defaults)
 {
     fprintf(out, "usage: %s [options]\n", prog);
     for (size_t k = 0; k < sizeof(perf_usage_lines) / sizeof(perf_usage_lines[0]); k++) {
-        if (perf_usage_lines[k].letter == 'h' || strchr(accept, perf_usage_lines[k].letter))
+        const char letter = perf_usage_lines[k].letter;
+        char size[32];
+
+        if (letter != 'h' && strchr(accept, letter) == NULL)
+            continue;
+        if (letter == 'b' || letter == 'e') { /* the tool's own defaults */
+            perf_size_text(letter == 'b' ? defaults->min_bytes : defaults->max_bytes, size,
+                           sizeof(size));
+            fprintf(out, "  ");
+            fprintf(out, perf_usage_lines[k].text, size);
+            fprintf(out, "\n");
+        } else {
             fprintf(out, "  %s\n", perf_usage_lines[k].text);
+        }
     }
 }
 
@@ -166,6 +194,7 @@ int perf_args_parse(perf_args_t *args, const char *prog, const char *accept,
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
+    const perf_args_t defaults = *args; /* what --help shows, whatever came before it */
     char optstring[64];
     size_t len = 0;
     const char *what = NULL;
@@ -187,7 +216,7 @@ int perf_args_parse(perf_args_t *args, const char *prog, const char *accept,
     while ((c = getopt_long(argc, argv, optstring, longopts, NULL)) != -1) {
         if (c == 'h') {
             if (!quiet)
-                perf_usage(stdout, prog, accept);
+                perf_usage(stdout, prog, accept, &defaults);
             return PERF_PARSE_HELP;
         }
         if (c == ':') {

@@ -69,7 +69,7 @@ void perf_args_default(perf_args_t *args);
 int perf_args_parse(perf_args_t *args, const char *prog, const char *accept,
                     int quiet, int argc, char **argv);
 /* The usage text for the options in accept. */
-void perf_usage(FILE *out, const char *prog, const char *accept);
+void perf_usage(FILE *out, const char *prog, const char *accept, const perf_args_t *defaults);
 
 /* The size after `size` in the sweep; 0 when the sweep is over. */
 size_t perf_next_size(const perf_args_t *args, size_t size);

@@ -137,45 +137,71 @@ static int sparse_perf_parse(sparse_perf_args_t *a, int quiet, int argc, char **
                                          SPARSE_PERF_MAX_FRACTIONS);
     opterr = 0;
     optind = 1;
+#define SPARSE_BAD(...)                                                                 \
+    do {                                                                                \
+        if (!quiet) {                                                                   \
+            fprintf(stderr, SPARSE_PERF_NAME ": ");                                    \
+            fprintf(stderr, __VA_ARGS__);                                               \
+            fprintf(stderr, " (see --help)\n");                                        \
+        }                                                                               \
+        return -1;                                                                      \
+    } while (0)
     while ((c = getopt_long(argc, argv, ":b:e:f:c:m:n:w:s:t:r:h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'b': if (flx_parse_size(optarg, &a->min_bytes) != 0) goto err_usage; break;
-        case 'e': if (flx_parse_size(optarg, &a->max_bytes) != 0) goto err_usage; break;
+        case 'b':
+            if (flx_parse_size(optarg, &a->min_bytes) != 0)
+                SPARSE_BAD("-b %s: not a size in bytes", optarg);
+            break;
+        case 'e':
+            if (flx_parse_size(optarg, &a->max_bytes) != 0)
+                SPARSE_BAD("-e %s: not a size in bytes", optarg);
+            break;
         case 'f':
-            if (flx_parse_int(optarg, 2, 1000, &v) != 0) goto err_usage;
+            if (flx_parse_int(optarg, 2, 1000, &v) != 0)
+                SPARSE_BAD("-f %s: not a whole factor from 2 to 1000", optarg);
             a->factor = (unsigned)v;
             break;
         case 'c':
             a->nfractions = perf_parse_fractions(optarg, a->fractions, SPARSE_PERF_MAX_FRACTIONS);
             if (a->nfractions < 0)
-                goto err_usage;
+                SPARSE_BAD("-c %s: not a list of at most %d fractions in (0, 1]", optarg,
+                           SPARSE_PERF_MAX_FRACTIONS);
             break;
-        case 'm': if (sparse_perf_parse_methods(a, optarg) != 0) goto err_usage; break;
+        case 'm':
+            if (sparse_perf_parse_methods(a, optarg) != 0)
+                SPARSE_BAD("-m %s: not a list of methods (see --help) or all", optarg);
+            break;
         case 'n':
-            if (flx_parse_int(optarg, 1, 100000, &v) != 0) goto err_usage;
+            if (flx_parse_int(optarg, 1, 100000, &v) != 0)
+                SPARSE_BAD("-n %s: not a whole number from 1 to 100000", optarg);
             a->iters = (int)v;
             break;
         case 'w':
-            if (flx_parse_int(optarg, 0, 100000, &v) != 0) goto err_usage;
+            if (flx_parse_int(optarg, 0, 100000, &v) != 0)
+                SPARSE_BAD("-w %s: not a whole number from 0 to 100000", optarg);
             a->warmup = (int)v;
             break;
         case 's':
             if (strcmp(optarg, "exact") == 0) a->select = FLX_SELECT_EXACT;
             else if (strcmp(optarg, "approx") == 0) a->select = FLX_SELECT_APPROX;
-            else goto err_usage;
+            else SPARSE_BAD("-s %s: not exact or approx", optarg);
             break;
         case 't':
-            if (flx_parse_int(optarg, 0, 256, &v) != 0) goto err_usage;
+            if (flx_parse_int(optarg, 0, 256, &v) != 0)
+                SPARSE_BAD("-t %s: not a whole number from 0 to 256", optarg);
             a->threads = (int)v;
             break;
         case 'r':
-            if (flx_parse_int(optarg, 1, 4096, &v) != 0) goto err_usage;
+            if (flx_parse_int(optarg, 1, 4096, &v) != 0)
+                SPARSE_BAD("-r %s: not a whole number from 1 to 4096", optarg);
             a->powersgd_rank = (int)v;
             break;
         case 'U': {
             char *end;
             a->compute_us = strtod(optarg, &end); /* at most an hour: a finite spin */
-            if (*end != '\0' || !(a->compute_us >= 0 && a->compute_us <= 3.6e9)) goto err_usage;
+            if (*end != '\0' || !(a->compute_us >= 0 && a->compute_us <= 3.6e9))
+                SPARSE_BAD("--compute-us %s: not a number of microseconds from 0 to 3.6e9",
+                           optarg);
             break;
         }
         case 'C': a->csv_path = optarg; break;
@@ -183,18 +209,20 @@ static int sparse_perf_parse(sparse_perf_args_t *a, int quiet, int argc, char **
             if (!quiet)
                 sparse_perf_usage(stdout);
             return 1;
-        default: goto err_usage;
+        case ':': SPARSE_BAD("option '%s' needs a value", argv[optind - 1]);
+        default: SPARSE_BAD("unknown option '%s'", argv[optind - 1]);
         }
     }
-    if (optind < argc || a->min_bytes < 4 || a->max_bytes < a->min_bytes ||
-        a->max_bytes / 4 >= ((size_t)1 << 31))
-        goto err_usage;
+    if (optind < argc)
+        SPARSE_BAD("unexpected argument '%s'", argv[optind]);
+    if (a->min_bytes < 4)
+        SPARSE_BAD("-b %zu: at least 4 bytes (one float)", a->min_bytes);
+    if (a->max_bytes < a->min_bytes)
+        SPARSE_BAD("-b %zu is larger than -e %zu", a->min_bytes, a->max_bytes);
+    if (a->max_bytes / 4 >= ((size_t)1 << 31))
+        SPARSE_BAD("-e %zu: below 8G (2^31 floats; indices are int32)", a->max_bytes);
+#undef SPARSE_BAD
     return 0;
-
-err_usage:
-    if (!quiet)
-        fprintf(stderr, SPARSE_PERF_NAME ": bad arguments (see --help)\n");
-    return -1;
 }
 
 static uint64_t sparse_perf_checksum(const float *x, size_t n)

@@ -36,6 +36,7 @@
 #include "common/time.h"
 #include "common/util.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdint.h>
@@ -100,51 +101,74 @@ static int topk_perf_parse(topk_perf_args_t *a, int argc, char **argv)
     a->fractions[1] = 0.001;
     a->nfractions = 2;
     opterr = 0;
+#define TOPK_BAD(...)                                                                   \
+    do {                                                                                \
+        fprintf(stderr, TOPK_PERF_NAME ": ");                                          \
+        fprintf(stderr, __VA_ARGS__);                                                   \
+        fprintf(stderr, " (see --help)\n");                                            \
+        return -1;                                                                      \
+    } while (0)
     while ((c = getopt_long(argc, argv, ":b:e:f:c:n:w:t:d:h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'b': if (flx_parse_size(optarg, &a->min_n) != 0 || a->min_n == 0) goto err_usage; break;
-        case 'e': if (flx_parse_size(optarg, &a->max_n) != 0) goto err_usage; break;
-        case 'Q': if (flx_parse_size(optarg, &a->qsort_max) != 0) goto err_usage; break;
+        case 'b':
+            if (flx_parse_size(optarg, &a->min_n) != 0 || a->min_n == 0)
+                TOPK_BAD("-b %s: not a count of at least 1 element", optarg);
+            break;
+        case 'e':
+            if (flx_parse_size(optarg, &a->max_n) != 0)
+                TOPK_BAD("-e %s: not a count of elements", optarg);
+            break;
+        case 'Q':
+            if (flx_parse_size(optarg, &a->qsort_max) != 0)
+                TOPK_BAD("--qsort-max %s: not a count of elements", optarg);
+            break;
         case 'f':
-            if (flx_parse_int(optarg, 2, 1000, &v) != 0) goto err_usage;
+            if (flx_parse_int(optarg, 2, 1000, &v) != 0)
+                TOPK_BAD("-f %s: not a whole factor from 2 to 1000", optarg);
             a->factor = (unsigned)v;
             break;
         case 'c':
             a->nfractions = perf_parse_fractions(optarg, a->fractions, TOPK_PERF_MAX_FRACTIONS);
             if (a->nfractions < 0)
-                goto err_usage;
+                TOPK_BAD("-c %s: not a list of at most %d fractions in (0, 1]", optarg,
+                         TOPK_PERF_MAX_FRACTIONS);
             break;
         case 'n':
-            if (flx_parse_int(optarg, 1, 100000, &v) != 0) goto err_usage;
+            if (flx_parse_int(optarg, 1, 100000, &v) != 0)
+                TOPK_BAD("-n %s: not a whole number from 1 to 100000", optarg);
             a->iters = (int)v;
             break;
         case 'w':
-            if (flx_parse_int(optarg, 0, 100000, &v) != 0) goto err_usage;
+            if (flx_parse_int(optarg, 0, 100000, &v) != 0)
+                TOPK_BAD("-w %s: not a whole number from 0 to 100000", optarg);
             a->warmup = (int)v;
             break;
         case 't':
-            if (flx_parse_int(optarg, 0, 256, &v) != 0) goto err_usage;
+            if (flx_parse_int(optarg, 0, 256, &v) != 0)
+                TOPK_BAD("-t %s: not a whole number from 0 to 256", optarg);
             a->threads = (int)v;
             break;
         case 'd':
             if (strcmp(optarg, "normal") && strcmp(optarg, "cauchy") && strcmp(optarg, "ties"))
-                goto err_usage;
+                TOPK_BAD("-d %s: not normal, cauchy or ties", optarg);
             a->dist = optarg;
             break;
         case 'C': a->csv_path = optarg; break;
         case 'h': topk_perf_usage(stdout); return 1;
-        default: goto err_usage;
+        case ':': TOPK_BAD("option '%s' needs a value", argv[optind - 1]);
+        default: TOPK_BAD("unknown option '%s'", argv[optind - 1]);
         }
     }
-    if (optind < argc || a->max_n < a->min_n || a->max_n >= ((size_t)1 << 31))
-        goto err_usage;
+    if (optind < argc)
+        TOPK_BAD("unexpected argument '%s'", argv[optind]);
+    if (a->max_n < a->min_n)
+        TOPK_BAD("-b %zu is larger than -e %zu", a->min_n, a->max_n);
+    if (a->max_n >= ((size_t)1 << 31))
+        TOPK_BAD("-e %zu: at most 2^31 - 1 elements (indices are int32)", a->max_n);
+#undef TOPK_BAD
     if (a->threads == 0)
         a->threads = cmp_pool_ncpus();
     return 0;
-
-err_usage:
-    fprintf(stderr, TOPK_PERF_NAME ": bad arguments (see --help)\n");
-    return -1;
 }
 
 static void topk_perf_fill(float *x, size_t n, const char *dist, uint64_t seed)
@@ -260,9 +284,10 @@ int main(int argc, char **argv)
     }
     if (args.csv_path) {
         csv = fopen(args.csv_path, "w");
-        if (csv == NULL) {
-            perror(args.csv_path);
-            return 1;
+        if (csv == NULL) { /* a usage error, as in the other perf tools */
+            fprintf(stderr, TOPK_PERF_NAME ": cannot write %s: %s\n", args.csv_path,
+                    strerror(errno));
+            return 2;
         }
         fprintf(csv, "elements,kept,k,method,threads,time_s,elements_per_s,vs_memcpy,vs_qsort,"
                      "passes,energy_pct\n");
