@@ -6,15 +6,19 @@
 #include "common/dtype.h"
 #include "common/log.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 /* Every request handed out and not yet ended by flx_wait or flx_test (nor
- * freed by flx_comm_destroy).  A handle that is not among them is refused
- * with one log line instead of being read after it was freed (a second
- * flx_wait on the same request, a wait after the communicator is gone).
- * Few requests are live at a time: a list will do. */
+ * freed by flx_comm_destroy).  The caller's handle is the request's serial
+ * number, not its address: serials are never reused in the process, so a
+ * handle that is no longer pending (a second flx_wait, a wait after the
+ * communicator is gone) is refused with one log line, however soon a new
+ * request takes the old one's memory.  Few requests are live at a time: a
+ * list will do. */
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static flx_request_t *live_head;
+static uint64_t live_serial; /* the last serial handed out (0: none) */
 
 static void live_unlink(flx_request_t *req) /* live_lock held */
 {
@@ -26,28 +30,32 @@ static void live_unlink(flx_request_t *req) /* live_lock held */
         req->live_next->live_prev = req->live_prev;
 }
 
-/* Take req for fn: 0 (and one log line) if it is not live, or another
- * thread has it. */
-static int live_claim(flx_request_h req, const char *fn)
+/* The live request behind handle, taken for fn; NULL (and one log line) if
+ * there is none, or another thread has it. */
+static flx_request_t *live_claim(flx_request_h handle, const char *fn)
 {
+    const uint64_t serial = (uint64_t)(uintptr_t)handle;
     flx_request_t *r;
+    int rank = -1, busy = 0;
 
     pthread_mutex_lock(&live_lock);
-    for (r = live_head; r != NULL && r != req; r = r->live_next)
+    for (r = live_head; r != NULL && r->serial != serial; r = r->live_next)
         ;
-    if (r == NULL || r->claimed) {
-        pthread_mutex_unlock(&live_lock);
-        if (r == NULL)
-            flx_error(COLL, -1, "%s: %p is not a pending request (already ended by flx_wait or "
-                      "flx_test, or its communicator destroyed)", fn, (void *)req);
-        else
-            flx_error(COLL, r->comm->rank, "%s: request %p is being waited for in another "
-                      "thread", fn, (void *)req);
-        return 0;
+    if (r != NULL && r->claimed) {
+        rank = r->comm->rank;
+        busy = 1;
+        r = NULL;
+    } else if (r != NULL) {
+        r->claimed = 1;
     }
-    r->claimed = 1;
     pthread_mutex_unlock(&live_lock);
-    return 1;
+    if (busy)
+        flx_error(COLL, rank, "%s: request %llu is being waited for in another thread", fn,
+                  (unsigned long long)serial);
+    else if (r == NULL)
+        flx_error(COLL, -1, "%s: request %llu is not pending (already ended by flx_wait or "
+                  "flx_test, or its communicator destroyed)", fn, (unsigned long long)serial);
+    return r;
 }
 
 /* End a claimed request: out of the list, freed. */
@@ -105,6 +113,8 @@ static void *async_worker(void *arg)
 
 static flx_status_t async_submit(flx_comm_h comm, flx_request_t *req, flx_request_h *req_p)
 {
+    uint64_t serial;
+
     if (comm_aborted(comm)) { /* no request: the call itself fails */
         free(req);
         return FLX_ERR_ABORTED;
@@ -128,6 +138,7 @@ static flx_status_t async_submit(flx_comm_h comm, flx_request_t *req, flx_reques
     comm->q_tail = req;
     comm->pending++;
     pthread_mutex_lock(&live_lock); /* live before the caller can hold it */
+    req->serial = serial = ++live_serial;
     req->live_prev = NULL;
     req->live_next = live_head;
     if (live_head)
@@ -136,7 +147,7 @@ static flx_status_t async_submit(flx_comm_h comm, flx_request_t *req, flx_reques
     pthread_mutex_unlock(&live_lock);
     pthread_cond_broadcast(&comm->cond);
     pthread_mutex_unlock(&comm->lock);
-    *req_p = req;
+    *req_p = (flx_request_h)(uintptr_t)serial; /* a number, never an address */
     return FLX_OK;
 }
 
@@ -188,16 +199,17 @@ flx_status_t flx_iallgather(flx_comm_h comm, const void *sendbuf, void *recvbuf,
     return async_submit(comm, req, req_p);
 }
 
-flx_status_t flx_test(flx_request_h req)
+flx_status_t flx_test(flx_request_h handle)
 {
+    flx_request_t *req;
     flx_comm_h comm;
     flx_status_t st;
 
-    if (req == NULL) {
+    if (handle == NULL) {
         flx_error(COLL, -1, "flx_test: request is NULL");
         return FLX_ERR_INVALID_ARG;
     }
-    if (!live_claim(req, "flx_test"))
+    if ((req = live_claim(handle, "flx_test")) == NULL)
         return FLX_ERR_INVALID_ARG;
     comm = req->comm;
     pthread_mutex_lock(&comm->lock);
@@ -214,16 +226,17 @@ flx_status_t flx_test(flx_request_h req)
     return st;
 }
 
-flx_status_t flx_wait(flx_request_h req)
+flx_status_t flx_wait(flx_request_h handle)
 {
+    flx_request_t *req;
     flx_comm_h comm;
     flx_status_t st;
 
-    if (req == NULL) {
+    if (handle == NULL) {
         flx_error(COLL, -1, "flx_wait: request is NULL");
         return FLX_ERR_INVALID_ARG;
     }
-    if (!live_claim(req, "flx_wait"))
+    if ((req = live_claim(handle, "flx_wait")) == NULL)
         return FLX_ERR_INVALID_ARG;
     comm = req->comm;
     pthread_mutex_lock(&comm->lock);

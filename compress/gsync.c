@@ -243,30 +243,36 @@ static void gsync_free(flx_gsync_h h)
     free(h);
 }
 
-/* n and every option that shapes what travels (or what random-k, QSGD and
- * PowerSGD draw from the seed) must be the same on every rank: one small
- * allreduce of each value and of its complement, whose maximum is then the
- * smallest value's complement.  FLX_ERR_MISMATCH on every rank, one line
- * naming the first that differs; the communicator keeps working. */
-static flx_status_t gsync_agree(flx_comm_h comm, int rank, size_t n, const flx_gsync_opts_t *o)
+/* Creation is collective, and so is its failure: every rank says whether
+ * it refused its own n or options (its line says why) and, when none did,
+ * n and every option that shapes what travels (or what random-k, QSGD and
+ * PowerSGD draw from the seed), in one small allreduce of each value and
+ * of its complement, whose maximum is then the smallest value's complement.
+ * A refusal anywhere: FLX_ERR_INVALID_ARG on every rank; values that
+ * differ: FLX_ERR_MISMATCH on every rank, one line naming the first.  The
+ * communicator keeps working either way. */
+static flx_status_t gsync_agree(flx_comm_h comm, int rank, size_t n, const flx_gsync_opts_t *o,
+                                flx_status_t mine)
 {
-    int64_t ewma_bits, v[24];
+    const int ok = mine == FLX_OK;
+    int64_t ewma_bits = 0, v[26];
     const struct {
         const char *name;
         int64_t value;
-    } f[12] = {
-        {"n", (int64_t)n},
-        {"method", o->method},
-        {"kept elements (kept_fraction x n)", (int64_t)gsync_k(o->kept_fraction, n)},
-        {"select", o->select},
-        {"leader", o->leader},
-        {"index_mode", o->index_mode},
-        {"collective", o->collective},
-        {"powersgd_rank", o->powersgd_rank},
-        {"op", o->op},
-        {"seed", (int64_t)o->seed},
-        {"qsgd_bucket", (int64_t)o->qsgd_bucket},
-        {"var_ewma", (memcpy(&ewma_bits, &o->var_ewma, sizeof(ewma_bits)), ewma_bits)},
+    } f[13] = {
+        {"refusals", !ok},
+        {"n", ok ? (int64_t)n : 0},
+        {"method", ok ? o->method : 0},
+        {"kept elements (kept_fraction x n)", ok ? (int64_t)gsync_k(o->kept_fraction, n) : 0},
+        {"select", ok ? o->select : 0},
+        {"leader", ok ? o->leader : 0},
+        {"index_mode", ok ? o->index_mode : 0},
+        {"collective", ok ? o->collective : 0},
+        {"powersgd_rank", ok ? o->powersgd_rank : 0},
+        {"op", ok ? o->op : 0},
+        {"seed", ok ? (int64_t)o->seed : 0},
+        {"qsgd_bucket", ok ? (int64_t)o->qsgd_bucket : 0},
+        {"var_ewma", ok ? (memcpy(&ewma_bits, &o->var_ewma, sizeof(ewma_bits)), ewma_bits) : 0},
     };
     const int nf = (int)(sizeof(f) / sizeof(f[0]));
     flx_status_t st;
@@ -276,7 +282,14 @@ static flx_status_t gsync_agree(flx_comm_h comm, int rank, size_t n, const flx_g
         v[nf + i] = ~f[i].value;
     }
     st = flx_allreduce(comm, v, v, 2 * (size_t)nf, FLX_INT64, FLX_MAX, FLX_ALGO_AUTO);
-    for (int i = 0; st == FLX_OK && i < nf; i++) {
+    if (!ok || st != FLX_OK)
+        return ok ? st : mine;
+    if (v[0] != 0) {
+        flx_error(COMPRESS, rank, "flx_gsync_create: another rank refused its n or options "
+                  "(its line says why): every rank fails");
+        return FLX_ERR_INVALID_ARG;
+    }
+    for (int i = 1; i < nf; i++) {
         int64_t lo = ~v[nf + i], hi = v[i];
         if (lo == hi)
             continue;
@@ -292,30 +305,39 @@ static flx_status_t gsync_agree(flx_comm_h comm, int rank, size_t n, const flx_g
                       "across the ranks %lld to %lld): every rank must pass the same n and options",
                       f[i].name, (long long)f[i].value, (long long)lo, (long long)hi);
         }
-        st = FLX_ERR_MISMATCH;
+        return FLX_ERR_MISMATCH;
     }
-    return st;
+    return FLX_OK;
 }
 
 flx_status_t flx_gsync_create(flx_comm_h comm, size_t n, const flx_gsync_opts_t *opts,
                               flx_gsync_h *h_p)
 {
+    flx_gsync_opts_t o;
     flx_gsync_h h;
     flx_status_t st;
     int rank = flx_comm_rank(comm);
 
-    if (comm == NULL || h_p == NULL) {
-        flx_error(COMPRESS, -1, "flx_gsync_create: comm or h_p is NULL");
+    if (comm == NULL) {
+        flx_error(COMPRESS, -1, "flx_gsync_create: comm is NULL");
         return FLX_ERR_INVALID_ARG;
     }
-    h = calloc(1, sizeof(*h));
-    if (h == NULL)
-        return FLX_ERR_NO_MEMORY;
-    st = gsync_resolve(opts, n, rank, &h->o);
-    if (st == FLX_OK)
-        st = gsync_agree(comm, rank, n, &h->o);
+    flx_gsync_opts_default(&o);
+    if (h_p == NULL) {
+        flx_error(COMPRESS, rank, "flx_gsync_create: h_p is NULL");
+        st = FLX_ERR_INVALID_ARG;
+    } else {
+        st = gsync_resolve(opts, n, rank, &o);
+    }
+    st = gsync_agree(comm, rank, n, &o, st); /* every rank, also one that refused */
     if (st != FLX_OK)
-        goto err_free_gsync;
+        return st;
+    h = calloc(1, sizeof(*h));
+    if (h == NULL) {
+        flx_error(COMPRESS, rank, "flx_gsync_create: out of memory");
+        return FLX_ERR_NO_MEMORY;
+    }
+    h->o = o;
     h->comm = comm;
     h->N = flx_comm_size(comm);
     h->rank = rank;

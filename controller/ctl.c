@@ -253,31 +253,39 @@ static flx_status_t ctl_sample_init(flx_ctl_h h)
     return FLX_OK;
 }
 
-flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opts_t *opts, flx_ctl_h *h_p)
+/* Creation is collective, and so is its failure: what failed on some rank
+ * (options, memory, rank 0's log file; that rank's line says why) fails
+ * every rank here, before the collective flx_gsync_create. */
+static flx_status_t ctl_create_agree(flx_comm_h comm, int rank, flx_status_t mine)
 {
-    flx_gsync_opts_t go;
-    flx_link_model_t lm;
-    flx_ctl_h h;
-    flx_status_t st;
-    int rank = comm ? flx_comm_rank(comm) : -1;
+    int32_t code = mine == FLX_OK ? 0 : mine == FLX_ERR_NO_MEMORY ? 2 : 1;
+    flx_status_t st = flx_allreduce(comm, &code, &code, 1, FLX_INT32, FLX_MAX, FLX_ALGO_AUTO);
 
-    if (comm == NULL || h_p == NULL || n == 0) {
-        flx_error(CTRL, rank, "flx_ctl_create: %s", n == 0 ? "n = 0" : "NULL argument");
-        return FLX_ERR_INVALID_ARG;
-    }
-    h = calloc(1, sizeof(*h));
-    if (h == NULL)
-        return FLX_ERR_NO_MEMORY;
-    st = ctl_opts(opts, n, rank, &h->o);
+    if (mine != FLX_OK || st != FLX_OK)
+        return mine != FLX_OK ? mine : st;
+    if (code == 0)
+        return FLX_OK;
+    flx_error(CTRL, rank, "flx_ctl_create: another rank could not create its controller (its "
+              "line says why): every rank fails");
+    return code == 2 ? FLX_ERR_NO_MEMORY : FLX_ERR_INVALID_ARG;
+}
+
+/* The rank's own part of creation: options, model, buffers, the log. */
+static flx_status_t ctl_create_local(flx_ctl_h h, flx_comm_h comm, size_t n,
+                                     const flx_ctl_opts_t *opts)
+{
+    flx_link_model_t lm;
+    flx_status_t st;
+
+    st = ctl_opts(opts, n, h->rank, &h->o);
     if (st != FLX_OK)
-        goto fail;
+        return st;
     h->comm = comm;
     h->N = flx_comm_size(comm);
-    h->rank = rank;
     h->n = n;
     st = flx_comm_link_model(comm, &lm);
     if (st != FLX_OK)
-        goto fail;
+        return st;
     h->alpha0 = h->alpha = lm.alpha_s;
     h->inv_bw0 = 1.0 / lm.beta_bytes_per_s;
     for (int c = 0; c < CTL_COLL_COUNT; c++)
@@ -293,16 +301,49 @@ flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opts_t *opt
     h->critical = 1; /* the first interval is critical (Accordion) */
     st = ctl_sample_init(h);
     if (st != FLX_OK)
-        goto fail;
+        return st;
     h->nagree = (size_t)h->o.nfractions + CTL_AGREE_FIXED + (size_t)h->o.nsegments;
     h->agree = calloc(h->nagree, sizeof(double));
     h->agreed = calloc(h->nagree, sizeof(double));
     h->last_combined = -1;
-    if (h->agree == NULL || h->agreed == NULL) {
-        st = FLX_ERR_NO_MEMORY;
-        goto fail;
-    }
+    if (h->agree == NULL || h->agreed == NULL)
+        return FLX_ERR_NO_MEMORY;
     h->cur_kept = h->o.mode == FLX_CTL_ACCORDION ? h->o.critical_kept : h->o.fractions[0];
+    if (h->o.log_path && h->rank == 0) { /* rank 0 writes it */
+        h->log = fopen(h->o.log_path, "w");
+        if (h->log == NULL) {
+            flx_error(CTRL, h->rank, "flx_ctl_create: cannot write %s: %s", h->o.log_path,
+                      strerror(errno));
+            return FLX_ERR_INVALID_ARG;
+        }
+    }
+    return FLX_OK;
+}
+
+flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opts_t *opts, flx_ctl_h *h_p)
+{
+    flx_gsync_opts_t go;
+    flx_ctl_h h = NULL;
+    flx_status_t st;
+    int rank = comm ? flx_comm_rank(comm) : -1;
+
+    if (comm == NULL) {
+        flx_error(CTRL, rank, "flx_ctl_create: comm is NULL");
+        return FLX_ERR_INVALID_ARG;
+    }
+    if (h_p == NULL || n == 0) {
+        flx_error(CTRL, rank, "flx_ctl_create: %s", n == 0 ? "n = 0" : "h_p is NULL");
+        st = FLX_ERR_INVALID_ARG;
+    } else if ((h = calloc(1, sizeof(*h))) == NULL) {
+        flx_error(CTRL, rank, "flx_ctl_create: out of memory");
+        st = FLX_ERR_NO_MEMORY;
+    } else {
+        h->rank = rank;
+        st = ctl_create_local(h, comm, n, opts);
+    }
+    st = ctl_create_agree(comm, rank, st); /* every rank, also one that failed */
+    if (st != FLX_OK)
+        goto fail;
     flx_gsync_opts_default(&go);
     go.field_mask = FLX_GSYNC_OPT_METHOD | FLX_GSYNC_OPT_KEPT_FRACTION | FLX_GSYNC_OPT_COLLECTIVE;
     go.method = FLX_COMPRESS_TOPK;
@@ -311,23 +352,9 @@ flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opts_t *opt
     st = flx_gsync_create(comm, n, &go, &h->topk);
     if (st != FLX_OK)
         goto fail;
-    if (h->o.log_path) { /* rank 0 writes it; every rank learns whether it could */
-        int32_t failed = 0;
-
-        if (rank == 0 && (h->log = fopen(h->o.log_path, "w")) == NULL) {
-            flx_error(CTRL, rank, "flx_ctl_create: cannot write %s: %s", h->o.log_path,
-                      strerror(errno));
-            failed = 1;
-        }
-        st = flx_allreduce(comm, &failed, &failed, 1, FLX_INT32, FLX_MAX, FLX_ALGO_AUTO);
-        if (st == FLX_OK && failed)
-            st = FLX_ERR_INVALID_ARG;
-        if (st != FLX_OK)
-            goto fail;
-        if (h->log)
-            fprintf(h->log, "step,mode,critical,change,alpha_s,bandwidth,compute_s,choice,kept,"
-                            "predicted_s,predicted_dense_s,gain,decide_s,agree_s,candidates\n");
-    }
+    if (h->log)
+        fprintf(h->log, "step,mode,critical,change,alpha_s,bandwidth,compute_s,choice,kept,"
+                        "predicted_s,predicted_dense_s,gain,decide_s,agree_s,candidates\n");
     *h_p = h;
     return FLX_OK;
 fail:

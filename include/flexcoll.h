@@ -265,7 +265,9 @@ FLX_API flx_status_t flx_test(flx_request_h req);
 /* Wait for the request, free it, return its status.  Either call on a
  * handle that is no longer pending (a second flx_wait, a flx_wait after the
  * flx_test that ended it, or after flx_comm_destroy), or on one that
- * another thread is waiting for: FLX_ERR_INVALID_ARG with one log line. */
+ * another thread is waiting for: FLX_ERR_INVALID_ARG with one log line
+ * (handles are serial numbers, never reused: a stale one never reaches a
+ * newer request). */
 FLX_API flx_status_t flx_wait(flx_request_h req);
 
 /* ---------------------------------------------------------------------- */
@@ -411,9 +413,10 @@ FLX_API void flx_gsync_opts_default(flx_gsync_opts_t *opts);
  * defaults).  FLX_ERR_INVALID_ARG (one log line) for n = 0, c outside
  * (0, 1], an unknown method / selection / leader / mode / collective, op
  * other than SUM and AVG, powersgd_rank < 1, qsgd_bucket = 0, var_ewma
- * outside (0, 1].  Ranks whose n or options differ (threads and
- * error_feedback may): FLX_ERR_MISMATCH on every rank, one log line naming
- * the first that differs, the communicator keeps working.  On success *h_p
+ * outside (0, 1]; one rank's refusal fails every rank alike (its own line
+ * says why).  Ranks whose n or options differ (threads and error_feedback
+ * may): FLX_ERR_MISMATCH on every rank, one log line naming the first that
+ * differs.  Either way the communicator keeps working.  On success *h_p
  * owns its memory and borrows comm (which must outlive it). */
 FLX_API flx_status_t flx_gsync_create(flx_comm_h comm, size_t n, const flx_gsync_opts_t *opts,
                                       flx_gsync_h *h_p);
@@ -557,7 +560,9 @@ FLX_API void flx_ctl_opts_default(flx_ctl_opts_t *opts);
 /* Collective (same n and options on every rank).  FLX_ERR_INVALID_ARG with
  * one log line for n = 0, weight outside [0, 1], a fraction outside (0, 1),
  * more than FLX_CTL_MAX_FRACTIONS, eta <= 0, interval < 1, segments that
- * do not sum to n.  Borrows comm. */
+ * do not sum to n, an unwritable log_path (rank 0).  What fails on one
+ * rank fails every rank's call alike (that rank's line says why; the
+ * communicator keeps working).  Borrows comm. */
 FLX_API flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opts_t *opts,
                                     flx_ctl_h *h_p);
 /* Collective: decide, then sync grad_in_out[0, n) (this rank's gradient in,

@@ -1154,18 +1154,19 @@ static int body_approx_auto(flx_comm_h comm, int rank, int N, void *arg)
  * random-k pair with 256 and 257 elements kept the same k, synchronised
  * without an error and left the ranks with different gradients), writes no
  * handle, and the communicator keeps working.  Options that are a rank's
- * own business (threads) may differ. */
+ * own business (threads) may differ.  A rank that refuses its own n or
+ * options fails every rank's creation with FLX_ERR_INVALID_ARG. */
 static int body_options_differ(flx_comm_h comm, int rank, int N, void *arg)
 {
     const int odd = rank == N - 1; /* the rank whose options differ */
     float g[300];
 
     (void)arg;
-    for (int c = 0; c < 5; c++) {
+    for (int c = 0; c < 7; c++) {
         flx_gsync_opts_t o;
         flx_gsync_h h = NULL;
         size_t n = 256;
-        flx_status_t st, want = c == 4 ? FLX_OK : FLX_ERR_MISMATCH;
+        flx_status_t st, want = c == 4 ? FLX_OK : c >= 5 ? FLX_ERR_INVALID_ARG : FLX_ERR_MISMATCH;
 
         flx_gsync_opts_default(&o);
         o.field_mask = FLX_GSYNC_OPT_METHOD | FLX_GSYNC_OPT_KEPT_FRACTION;
@@ -1191,6 +1192,12 @@ static int body_options_differ(flx_comm_h comm, int rank, int N, void *arg)
         case 4:
             o.field_mask |= FLX_GSYNC_OPT_THREADS;
             o.threads = 1 + odd;
+            break;
+        case 5: /* one rank refuses its own options: every rank fails, at once */
+            o.kept_fraction = odd ? 0.0 / 0.0 : 0.1;
+            break;
+        case 6: /* ... or its n */
+            n = odd ? 0 : n;
             break;
         }
         st = flx_gsync_create(comm, n, &o, &h);

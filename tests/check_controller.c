@@ -478,8 +478,24 @@ static int body_bad(flx_comm_h comm, int rank, int size, void *arg)
     /* only rank 0 opens the decision log; every rank must fail alike */
     o.field_mask = FLX_CTL_OPT_LOG_PATH;
     o.log_path = "/nonexistent-dir/ctl.csv";
-    if (flx_ctl_create(comm, 100, &o, &h) != FLX_ERR_INVALID_ARG || h != NULL)
-        return mp_fail(rank, "an unwritable decision log accepted");
+    h = (flx_ctl_h)(void *)&o;
+    if (flx_ctl_create(comm, 100, &o, &h) != FLX_ERR_INVALID_ARG || h != (flx_ctl_h)(void *)&o)
+        return mp_fail(rank, "an unwritable decision log accepted, or the handle written");
+    h = NULL;
+    /* one rank refuses (a bad weight, n = 0): every rank fails, at once, and the
+     * communicator works on (before, the others waited in the collective part) */
+    for (int c = 0; c < 2; c++) {
+        flx_status_t st;
+        flx_ctl_opts_default(&o);
+        o.field_mask = FLX_CTL_OPT_WEIGHT;
+        o.weight = c == 0 && rank == 1 ? 1.5 : 0.5;
+        st = flx_ctl_create(comm, c == 1 && rank == 1 ? 0 : 100, &o, &h);
+        if (st != FLX_ERR_INVALID_ARG || h != NULL)
+            return mp_fail(rank, "case %d: rank 1 refused, this rank got %s", c,
+                           flx_status_name(st));
+        if ((st = flx_barrier(comm)) != FLX_OK)
+            return mp_fail(rank, "case %d: barrier after it: %s", c, flx_status_name(st));
+    }
     if (flx_ctl_step(NULL, NULL, 0, NULL) != FLX_ERR_INVALID_ARG)
         return mp_fail(rank, "NULL step accepted");
     if (flx_ctl_create(comm, 100, NULL, NULL) != FLX_ERR_INVALID_ARG)

@@ -1293,22 +1293,29 @@ static int body_bad_args(flx_comm_h comm, int rank, int size, void *arg)
             flx_gsync_destroy(NULL) != FLX_OK)
             return mp_fail(rank, "gsync NULL handling");
     }
-    {   /* handles no longer pending: refused, not read after their free */
-        flx_request_h r1, r2;
+    {   /* handles no longer pending: refused, not read after their free, and not
+         * taken for a newer request that got the old one's memory */
+        flx_request_h r1, r2, r3;
         float v = 1;
         flx_status_t st;
         if (flx_iallreduce(comm, &v, &v, 1, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO, &r1) != FLX_OK ||
             (st = flx_wait(r1)) != FLX_OK)
             return mp_fail(rank, "a good iallreduce failed");
-        EXPECT_INVALID(flx_wait(r1)); /* before r2 exists: r1's memory is not reused yet */
+        EXPECT_INVALID(flx_wait(r1));
         EXPECT_INVALID(flx_test(r1));
         if (flx_iallreduce(comm, &v, &v, 1, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO, &r2) != FLX_OK)
             return mp_fail(rank, "a second good iallreduce failed");
-        while ((st = flx_test(r2)) == FLX_INPROGRESS)
+        EXPECT_INVALID(flx_wait(r1)); /* r2 most likely sits where r1 was */
+        if ((st = flx_wait(r2)) != FLX_OK)
+            return mp_fail(rank, "the request after a stale wait: %s", flx_status_string(st));
+        if (flx_iallreduce(comm, &v, &v, 1, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO, &r3) != FLX_OK)
+            return mp_fail(rank, "a third good iallreduce failed");
+        while ((st = flx_test(r3)) == FLX_INPROGRESS)
             usleep(100);
         if (st != FLX_OK)
             return mp_fail(rank, "flx_test ended the good iallreduce with %s",
                            flx_status_string(st));
+        EXPECT_INVALID(flx_wait(r3));
         EXPECT_INVALID(flx_wait(r2));
     }
     (void)req;

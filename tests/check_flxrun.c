@@ -492,6 +492,22 @@ START_TEST(test_rank_failure_stops_others)
 }
 END_TEST
 
+/* A job that succeeds but leaves a process holding its output open: once
+ * nothing has moved for a second, the leftover is stopped and flxrun ends
+ * with the ranks' status and every line. */
+START_TEST(test_success_leftover_holds_pipe)
+{
+    run_result_t r;
+
+    RUN(&r, "-n", "2", "sh", "-c", "sleep 30 & echo done $FLX_RANK");
+    ck_assert_msg(r.code == 0, "exit %d, stderr:\n%s", r.code, r.err);
+    ck_assert_msg(r.elapsed_s < 8.0, "took %.1f s", r.elapsed_s);
+    ck_assert_int_eq(count_lines(r.out, "[0] done 0"), 1);
+    ck_assert_int_eq(count_lines(r.out, "[1] done 1"), 1);
+    run_result_free(&r);
+}
+END_TEST
+
 /* Ranks that ignore SIGTERM get SIGKILL after the grace period (3 s). */
 START_TEST(test_failure_escalates_to_sigkill)
 {
@@ -861,6 +877,7 @@ static Suite *flxrun_suite(void)
     tcase_add_test(tc_sig, test_signal_kills_plain_ranks);
     tcase_add_test(tc_sig, test_second_sigint_kills);
     tcase_add_test(tc_sig, test_stuck_reader);
+    tcase_add_test(tc_sig, test_success_leftover_holds_pipe);
     tcase_add_test(tc_sig, test_flxrun_killed);
     tcase_add_test(tc_out, test_stderr_prefixed_and_partial_lines);
     tcase_add_test(tc_out, test_long_line_split);

@@ -153,6 +153,15 @@ echo "$out" | grep -q "cannot open /nonexistent-dir/x.csv" || fail "--csv not na
 out=$(timeout 20 "$top/flxrun" -n 1 "$top/flx-sparse-perf" -b 4k -e 4k -n 1 -w 0 \
       --compute-us inf 2>&1); rc=$?
 [ "$rc" -eq 2 ] || fail "flx-sparse-perf --compute-us inf: exit $rc: $out"
+# a job that succeeds loses nothing to a slow reader: its rank exits at once (60 kB fit in the
+# pipe), and the reader takes 1 KiB each 30 ms of the 180 kB (before, flxrun took the open pipes
+# for leftovers and left after 4 s: 73662 bytes arrived), nor to a reader that starts late
+slow_count() { total=0; while :; do n=$(head -c 1024 | wc -c); [ "$n" -eq 0 ] && break
+    total=$((total + n)); sleep 0.03; done; echo "$total"; }
+n=$("$top/flxrun" -n 1 sh -c "yes x | head -n 30000" | slow_count)
+[ "$n" -eq 180000 ] || fail "a slow reader got $n of the 180000 bytes of a job that succeeded"
+n=$("$top/flxrun" -n 1 sh -c "head -c 100000 /dev/zero | tr '\\0' x | fold -w 1000" | (sleep 5; wc -c))
+[ "$n" -eq 100500 ] || fail "a late reader got $n of the 100500 bytes of a job that succeeded"
 # the README shows the whole of tools/example.c: the same text
 src=${abs_top_srcdir:-.}
 sed -n '/The whole of `tools\/example.c`:/,/^```$/p' "$src/README.md" | sed '1,3d;$d' |

@@ -172,8 +172,11 @@ int main(int argc, char **argv)
         default: usage(stderr); return 2;
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "flx-info: unexpected argument '%s'\n", argv[optind]);
+    if (optind < argc || (do_calibrate && show_config)) {
+        if (optind < argc)
+            fprintf(stderr, "flx-info: unexpected argument '%s'\n", argv[optind]);
+        else
+            fprintf(stderr, "flx-info: -c and --calibrate are separate runs\n");
         usage(stderr);
         return 2;
     }

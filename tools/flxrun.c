@@ -63,6 +63,8 @@
 #define FLXRUN_LINE_MAX      4096   /* bytes of one output line before a split */
 #define FLXRUN_KILL_GRACE_S  3.0    /* SIGTERM -> SIGKILL */
 #define FLXRUN_DRAIN_S       1.0    /* after SIGKILL, wait this long for pipes */
+#define FLXRUN_IDLE_S        1.0    /* every rank gone, pipes open, nothing moves:
+                                       leftovers of the ranks hold them */
 #define FLXRUN_SECRET_BYTES  32
 #define FLXRUN_EXIT_USAGE    2
 #define FLXRUN_EXIT_START    1
@@ -113,6 +115,7 @@ typedef struct {
     double timeout_deadline;     /* monotonic seconds; 0: none */
     double kill_deadline;
     double drain_deadline;
+    double last_progress;        /* output last read from a rank or written on */
 } flxrun_job_t;
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -678,6 +681,13 @@ static void flxrun_job_reap(flxrun_job_t *job)
 
 static bool flxrun_job_signals_drain(flxrun_job_t *job);
 
+/* The job ends in failure: a timeout, a rank that failed, a forwarded
+ * signal (not the stop that reaps leftovers after every rank succeeded). */
+static bool flxrun_job_cut_short(const flxrun_job_t *job)
+{
+    return job->exit_code >= 0 || job->interrupt_signo != 0;
+}
+
 /* Acts on the deadlines that have passed (the timeout, SIGKILL after the
  * grace period); returns the next one (monotonic seconds), or -1. */
 static double flxrun_job_deadlines(flxrun_job_t *job)
@@ -701,12 +711,12 @@ static double flxrun_job_deadlines(flxrun_job_t *job)
         else
             next = job->kill_deadline;
     }
-    if (job->stopping && job->nexited == job->nstarted) {
-        /* a stopped job whose ranks are all gone: what a stuck reader still
-         * holds back is dropped a drain time from now (or from the kill) */
-        if (job->drain_deadline == 0)
+    if (job->nexited == job->nstarted) {
+        /* a job cut short whose ranks are all gone: what a stuck reader
+         * still holds back is dropped a drain time from now (or the kill) */
+        if (flxrun_job_cut_short(job) && job->drain_deadline == 0)
             job->drain_deadline = now + FLXRUN_DRAIN_S;
-        if (next < 0 || job->drain_deadline < next)
+        if (job->drain_deadline > 0 && (next < 0 || job->drain_deadline < next))
             next = job->drain_deadline;
     }
     return next;
@@ -737,9 +747,10 @@ static void flxrun_write_all(flxrun_job_t *job, int fd, const char *buf, size_t 
         struct pollfd p[2] = {{.fd = fd, .events = POLLOUT}, {.fd = job->sig_rfd, .events = POLLIN}};
         ssize_t n;
 
-        /* a stopped job, everybody gone, the drain time up: the rest is dropped */
-        if (job->stopping && job->nexited == job->nstarted && job->drain_deadline > 0 &&
-            flxrun_now() >= job->drain_deadline)
+        /* a job cut short, everybody gone, the drain time up: the rest is
+         * dropped (after a job that succeeded, the reader gets it all) */
+        if (flxrun_job_cut_short(job) && job->nexited == job->nstarted &&
+            job->drain_deadline > 0 && flxrun_now() >= job->drain_deadline)
             return;
         if (poll(p, 2, flxrun_poll_ms(flxrun_job_deadlines(job))) < 0 && errno != EINTR)
             return;
@@ -755,6 +766,7 @@ static void flxrun_write_all(flxrun_job_t *job, int fd, const char *buf, size_t 
                 continue;
             return;
         }
+        job->last_progress = flxrun_now();
         buf += n;
         len -= (size_t)n;
     }
@@ -800,6 +812,7 @@ static void flxrun_stream_read(flxrun_job_t *job, flxrun_stream_t *s, struct pol
         flxrun_stream_close(job, s, pfd);
         return;
     }
+    job->last_progress = flxrun_now();
     s->len += (size_t)n;
     for (i = s->len - (size_t)n; i < s->len; i++) {
         if (s->buf[i] == '\n') {
@@ -862,6 +875,7 @@ static void flxrun_job_run(flxrun_job_t *job)
     bool need_scan = true;
 
     job->pfds[0] = (struct pollfd){.fd = job->sig_rfd, .events = POLLIN};
+    job->last_progress = flxrun_now();
     if (job->opts->timeout_s > 0)
         job->timeout_deadline = flxrun_now() + job->opts->timeout_s;
 
@@ -876,10 +890,17 @@ static void flxrun_job_run(flxrun_job_t *job)
         if (job->nexited == job->nstarted) {
             if (job->nopen == 0)
                 break;
-            flxrun_job_stop(job);                    /* leftovers hold the pipes */
+            /* pipes still open, but nothing read or written for a while:
+             * leftovers of the ranks hold them (output still coming from
+             * the ranks' pipes is the ranks', and a slow reader gets it) */
+            if (flxrun_now() - job->last_progress >= FLXRUN_IDLE_S)
+                flxrun_job_stop(job);
         }
 
         next = flxrun_job_deadlines(job);
+        if (job->nexited == job->nstarted && !job->stopping &&
+            (next < 0 || job->last_progress + FLXRUN_IDLE_S < next))
+            next = job->last_progress + FLXRUN_IDLE_S;
         if (job->killed && job->nexited == job->nstarted && flxrun_now() >= job->drain_deadline)
             break;
         if (poll(job->pfds, npfds, flxrun_poll_ms(next)) < 0) {

@@ -163,6 +163,18 @@ static int perf_parse_algo(const char *s, flx_algo_t *algo_p)
     return -1;
 }
 
+const char *perf_bad_option(char **argv, int missing, char *buf, size_t len)
+{
+    const char *arg = argv[optind - 1];
+
+    /* inside a cluster (-zn) optind has not moved yet: optopt names it */
+    if (optopt != 0 && !(missing && strncmp(arg, "--", 2) == 0))
+        snprintf(buf, len, "-%c", optopt);
+    else
+        snprintf(buf, len, "%s", arg);
+    return buf;
+}
+
 static int perf_parse_int_arg(const char *s, long min, long max, int *out_p)
 {
     long v;
@@ -195,7 +207,7 @@ int perf_args_parse(perf_args_t *args, const char *prog, const char *accept,
         {NULL, 0, NULL, 0},
     };
     const perf_args_t defaults = *args; /* what --help shows, whatever came before it */
-    char optstring[64];
+    char optstring[64], bad[64];
     size_t len = 0;
     const char *what = NULL;
     int c, f;
@@ -221,12 +233,14 @@ int perf_args_parse(perf_args_t *args, const char *prog, const char *accept,
         }
         if (c == ':') {
             if (!quiet)
-                fprintf(stderr, "%s: option '%s' needs a value\n", prog, argv[optind - 1]);
+                fprintf(stderr, "%s: option '%s' needs a value\n", prog,
+                        perf_bad_option(argv, 1, bad, sizeof(bad)));
             goto err_usage;
         }
         if (c == '?' || strchr(accept, c) == NULL) {
             if (!quiet)
-                fprintf(stderr, "%s: unknown option '%s'\n", prog, argv[optind - 1]);
+                fprintf(stderr, "%s: unknown option '%s'\n", prog,
+                        perf_bad_option(argv, 0, bad, sizeof(bad)));
             goto err_usage;
         }
         switch (c) {

@@ -68,6 +68,9 @@ void perf_args_default(perf_args_t *args);
  */
 int perf_args_parse(perf_args_t *args, const char *prog, const char *accept,
                     int quiet, int argc, char **argv);
+/* The option getopt just refused (missing: its value is missing), as the
+ * user typed it: -x, also inside a cluster such as -zn, or --name. */
+const char *perf_bad_option(char **argv, int missing, char *buf, size_t len);
 /* The usage text for the options in accept. */
 void perf_usage(FILE *out, const char *prog, const char *accept, const perf_args_t *defaults);
 

@@ -126,6 +126,7 @@ static int sparse_perf_parse(sparse_perf_args_t *a, int quiet, int argc, char **
         {"compute-us", required_argument, NULL, 'U'}, {"csv", required_argument, NULL, 'C'},
         {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
     };
+    char bad[64];
     int c;
     long v;
 
@@ -209,8 +210,9 @@ static int sparse_perf_parse(sparse_perf_args_t *a, int quiet, int argc, char **
             if (!quiet)
                 sparse_perf_usage(stdout);
             return 1;
-        case ':': SPARSE_BAD("option '%s' needs a value", argv[optind - 1]);
-        default: SPARSE_BAD("unknown option '%s'", argv[optind - 1]);
+        case ':':
+            SPARSE_BAD("option '%s' needs a value", perf_bad_option(argv, 1, bad, sizeof(bad)));
+        default: SPARSE_BAD("unknown option '%s'", perf_bad_option(argv, 0, bad, sizeof(bad)));
         }
     }
     if (optind < argc)

@@ -91,6 +91,7 @@ static int topk_perf_parse(topk_perf_args_t *a, int argc, char **argv)
         {"qsort-max", required_argument, NULL, 'Q'}, {"csv", required_argument, NULL, 'C'},
         {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
+    char bad[64];
     int c;
     long v;
 
@@ -155,8 +156,8 @@ static int topk_perf_parse(topk_perf_args_t *a, int argc, char **argv)
             break;
         case 'C': a->csv_path = optarg; break;
         case 'h': topk_perf_usage(stdout); return 1;
-        case ':': TOPK_BAD("option '%s' needs a value", argv[optind - 1]);
-        default: TOPK_BAD("unknown option '%s'", argv[optind - 1]);
+        case ':': TOPK_BAD("option '%s' needs a value", perf_bad_option(argv, 1, bad, sizeof(bad)));
+        default: TOPK_BAD("unknown option '%s'", perf_bad_option(argv, 0, bad, sizeof(bad)));
         }
     }
     if (optind < argc)
@@ -266,6 +267,16 @@ int main(int argc, char **argv)
 
     if (rc != 0)
         return rc > 0 ? 0 : 2;
+    if (args.csv_path) {
+        csv = fopen(args.csv_path, "w");
+        if (csv == NULL) { /* a usage error, before anything is allocated */
+            fprintf(stderr, TOPK_PERF_NAME ": cannot write %s: %s\n", args.csv_path,
+                    strerror(errno));
+            return 2;
+        }
+        fprintf(csv, "elements,kept,k,method,threads,time_s,elements_per_s,vs_memcpy,vs_qsort,"
+                     "passes,energy_pct\n");
+    }
     kmax = args.max_n;
     if (cmp_topk_create(args.max_n, kmax, args.threads, 7, &tp.sel) != FLX_OK)
         return 1;
@@ -281,16 +292,6 @@ int main(int argc, char **argv)
         !tp.samples) {
         fprintf(stderr, TOPK_PERF_NAME ": out of memory for %zu elements\n", args.max_n);
         return 1;
-    }
-    if (args.csv_path) {
-        csv = fopen(args.csv_path, "w");
-        if (csv == NULL) { /* a usage error, as in the other perf tools */
-            fprintf(stderr, TOPK_PERF_NAME ": cannot write %s: %s\n", args.csv_path,
-                    strerror(errno));
-            return 2;
-        }
-        fprintf(csv, "elements,kept,k,method,threads,time_s,elements_per_s,vs_memcpy,vs_qsort,"
-                     "passes,energy_pct\n");
     }
     printf("# %s: top-k of |x| on float32, distribution %s, %d thread%s, median of %d calls\n",
            TOPK_PERF_NAME, args.dist, args.threads, args.threads > 1 ? "s" : "", args.iters);
