@@ -41,13 +41,18 @@ while getopts "c:n:b:e:i:w:o:B:h" opt; do
     w) warm=$OPTARG ;;
     o) out=$OPTARG ;;
     B) bdir=$OPTARG ;;
-    h) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    h) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
 rate=${1:-}
 [ -n "$rate" ] || { echo "usage: $0 [options] RATE|loopback   (-h for help)" >&2; exit 2; }
+[ $# -le 1 ] || { echo "$0: one RATE, not '$1' and '$2'" >&2; exit 2; }
+for v in "n:$n" "i:$iters"; do
+    [[ ${v#*:} =~ ^[0-9]+$ ]] && [ "${v#*:}" -ge 1 ] || { echo "$0: -${v%%:*} needs a positive integer, not '${v#*:}'" >&2; exit 2; }
+done
+[[ $warm =~ ^[0-9]+$ ]] || { echo "$0: -w needs an integer, not '$warm'" >&2; exit 2; }
 case $coll in allreduce|allgather) ;; *) echo "$0: -c $coll: allreduce or allgather" >&2; exit 2 ;; esac
 
 if [ -z "$bdir" ]; then
@@ -110,9 +115,11 @@ model=$(grep -o 'link model: .*' "$log" | head -1)
 alpha_us=$(echo "$model" | awk '{ for (i = 1; i < NF; i++) if ($i == "alpha") print $(i + 1) + 0 }')
 linkbps=0
 if [ "$rate" != loopback ]; then
+    # bytes/s of a tc rate: bit is bits, bps bytes, each with k, m, g or t
     linkbps=$(echo "$rate" | awk '{ r = tolower($0); n = r + 0; m = 1
-        if (r ~ /kbit$/) m = 1e3; if (r ~ /mbit$/) m = 1e6; if (r ~ /gbit$/) m = 1e9
-        print n * m / 8 }')
+        if (r ~ /k(bit|bps)$/) m = 1e3; if (r ~ /m(bit|bps)$/) m = 1e6
+        if (r ~ /g(bit|bps)$/) m = 1e9; if (r ~ /t(bit|bps)$/) m = 1e12
+        print (r ~ /bit$/ ? n * m / 8 : n * m) }')
 fi
 {
     echo "# $coll algorithm selection, $n ranks, $rate ($model)"

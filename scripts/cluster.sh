@@ -98,7 +98,7 @@ cluster_up() {
         --rate-of=*) r=${1#--rate-of=}; shift ;;
         *) die "up: unknown argument '$1'" ;;
         esac
-        [[ $r =~ ^([0-9]+)=(.+)$ ]] || die "--rate-of expects I=RATE, not '$r'"
+        [[ $r =~ ^([0-9]{1,4})=(.+)$ ]] || die "--rate-of expects I=RATE (I a host number), not '$r'"
         [ "${BASH_REMATCH[1]}" -lt "$n" ] || die "--rate-of: no host ${BASH_REMATCH[1]}"
         over[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
     done
@@ -188,8 +188,11 @@ cluster_run() {
     shift
     while [ $# -gt 0 ] && [ "$1" != -- ]; do
         case $1 in
-        --port) port=$2; shift 2 ;;
-        --timeout) timeout=(--timeout "$2"); shift 2 ;;
+        --port) [ $# -ge 2 ] || die "run: --port needs a port"
+                [[ $2 =~ ^[0-9]+$ ]] && [ "$2" -ge 1 ] && [ "$2" -le 65535 ] || die "run: --port: not a port: '$2'"
+                port=$2; shift 2 ;;
+        --timeout) [ $# -ge 2 ] || die "run: --timeout needs seconds"
+                   timeout=(--timeout "$2"); shift 2 ;;
         *) die "run: unknown argument '$1'" ;;
         esac
     done
@@ -209,6 +212,9 @@ cluster_run() {
 
 cmd=${1:-}
 [ $# -gt 0 ] && shift
+case $cmd in   # namespaces and qdiscs need root: say so before ip does
+up | down | rate | exec | run) [ "$(id -u)" = 0 ] || die "$cmd: the emulated cluster needs root" ;;
+esac
 case $cmd in
 up) cluster_up "$@" ;;
 down) cluster_down ;;
@@ -223,6 +229,7 @@ exec)
     ;;
 run) cluster_run "$@" ;;
 *)
+    case $cmd in '' | -h | --help) ;; *) echo "cluster.sh: unknown command '$cmd'" >&2 ;; esac
     sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
     [ -z "$cmd" ] || [ "$cmd" = -h ] || [ "$cmd" = --help ] || exit 2
     ;;

@@ -97,14 +97,25 @@ while getopts ":B:G:r:N:b:e:n:w:c:k:t:R:s:h" opt; do
 done
 shift $((OPTIND - 1))
 if [ $# -gt 1 ]; then
+    echo "$prog: one BUILD_DIR, not '$1' and '$2'" >&2
     usage >&2
     exit 2
 fi
 build=${1:-${FLX_BUILD:-.}}
 
 case $reps in '' | *[!0-9]* | 0) echo "$prog: -r needs a positive integer" >&2; exit 2 ;; esac
+[ -n "${nlist// /}" ] || { echo "$prog: -N needs rank counts >= 2, not an empty list" >&2; exit 2; }
 for n in $nlist; do
     case $n in '' | *[!0-9]* | 0 | 1) echo "$prog: -N needs rank counts >= 2" >&2; exit 2 ;; esac
+done
+# the sweep's numbers, checked before anything is built or run
+case $iters in '' | *[!0-9]* | 0) echo "$prog: -n needs a positive integer, not '$iters'" >&2; exit 2 ;; esac
+case $warmup in '' | *[!0-9]*) echo "$prog: -w needs an integer, not '$warmup'" >&2; exit 2 ;; esac
+case $check in 0 | 1) ;; *) echo "$prog: -c takes 0 or 1, not '$check'" >&2; exit 2 ;; esac
+[[ $limit =~ ^[0-9]+(\.[0-9]+)?$ ]] && [[ ! $limit =~ ^0+(\.0*)?$ ]] ||
+    { echo "$prog: -t needs a positive number of seconds, not '$limit'" >&2; exit 2; }
+for v in "b:$minb" "e:$maxb"; do
+    [[ ${v#*:} =~ ^[0-9]+[kKmMgG]?$ ]] || { echo "$prog: -${v%%:*} needs a size such as 4, 64k or 64M, not '${v#*:}'" >&2; exit 2; }
 done
 case $base in
 mpi | gloo) ;;
@@ -127,6 +138,12 @@ esac
 # (impl: flexcoll, or the baseline: mpi or gloo)
 report() {
     local res=$1 coll n label
+    # rows: impl coll n rep size ... with a flexcoll and a baseline side
+    if ! awk '($1 == "flexcoll" || $1 == "mpi" || $1 == "gloo") && ($2 == "allreduce" || $2 == "allgather") &&
+              $3 ~ /^[0-9]+$/ && $5 ~ /^[0-9]+$/ { ok = 1; exit } END { exit !ok }' "$res"; then
+        echo "$prog: error: no result rows in $res (impl coll n rep size time_us busbw wrong p50_us)" >&2
+        exit 1
+    fi
     label=$(awk '$1 != "flexcoll" { print ($1 == "gloo" ? "Gloo" : "MPI"); exit }' "$res")
     label=${label:-MPI}
     if [ "$statcol" = 9 ] && awk 'NF < 9 { old = 1; exit } END { exit !old }' "$res"; then

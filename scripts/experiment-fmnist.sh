@@ -8,11 +8,13 @@
 # POLICY with flx-train from BUILD_DIR (flxrun from there too), with the same
 # model, seed, epochs and batch per rank every time.  Run RATE-POLICY writes
 # OUTDIR/RATE-POLICY.csv (--log) and OUTDIR/RATE-POLICY.out (all output).
-# Then prints one row per run: final test accuracy, wall time to reach the
-# goal accuracy (first evaluation at or above it, "-" if none), training
-# time, bytes this rank sent (the sum of the bytes column, MB = 1e6 B), mean
-# step time (time_s differences, leaving out those holding an evaluation) and
-# mean compute / selection / communication time per step; writes the same
+# Then prints one row per run: steps, final test accuracy, training time
+# (time_s: evaluations left out) to reach the goal accuracy (first
+# evaluation at or above it, "-" if none), training time, bytes this rank
+# sent (the sum of the bytes column, MB = 1e6 B), mean step time (time_s
+# differences, leaving out those holding an evaluation) and mean compute /
+# selection / communication time per step (evaluation rows are not steps);
+# writes the same
 # table as markdown to OUTDIR/table.md and, per rate, OUTDIR/RATE-accuracy.png
 # and OUTDIR/RATE-decisions.png (scripts/plot-train).
 #
@@ -79,6 +81,16 @@ done
 IFS=, read -r -a rate_list <<<"$rates"
 IFS=, read -r -a policy_list <<<"$policies"
 [ ${#rate_list[@]} -gt 0 ] && [ ${#policy_list[@]} -gt 0 ] || die "no rates or no policies"
+# every rate and policy checked before the first run (cluster.sh's rate form)
+for r in "${rate_list[@]}"; do
+    [[ $r =~ ^[0-9]+(\.[0-9]+)?[kmgt]?(bit|bps)$ ]] || die "-r: bad rate '$r' (e.g. 100mbit, 1gbit)"
+done
+for p in "${policy_list[@]}"; do
+    case " dense topk-ag artopk powersgd accordion gravac selsync flex " in
+    *" $p "*) ;;
+    *) die "-p: unknown policy '$p' (dense, topk-ag, artopk, powersgd, accordion, gravac, selsync, flex)" ;;
+    esac
+done
 
 # ---- runs ----------------------------------------------------------------------
 q() { printf '%q' "$1"; shift; [ $# -eq 0 ] || printf ' %q' "$@"; }   # a command line, quoted for the shell
@@ -152,15 +164,16 @@ summary() {
     NF == 0 { next }
     function v(name) { return (name in col) ? $col[name] : "" }
     {
-        steps++
         t = v("time_s") + 0
         evalrow = v("test_acc") != ""
-        if (!evalrow && !preveval) { dt += t - prevt; ndt++ }
-        prevt = t; preveval = evalrow
         if (evalrow) {
             acc = v("test_acc") + 0; final = acc
             if (reach == "" && acc >= goal) reach = t
         }
+        if (v("collective") == "eval") { preveval = 1; next }   # a row of its own, not a step
+        steps++
+        if (!evalrow && !preveval) { dt += t - prevt; ndt++ }
+        prevt = t; preveval = evalrow
         bytes += v("bytes"); comp += v("compute_s"); sel += v("select_s"); comm += v("comm_s")
     }
     END {

@@ -14,7 +14,8 @@
 # (median, min-max), the share of each collective, and how long after the
 # change the phase's main collective first appeared; writes
 # OUTDIR/link-change-decisions.png and -accuracy.png (scripts/plot-train,
-# dotted lines at the changes) and OUTDIR/link-change.txt (the table).
+# whose axis is training time: dotted lines at the first step after each
+# change) and OUTDIR/link-change.txt (the table).
 #
 # Options:
 #   -1 T1, -2 T2, -3 T3   seconds per phase (default 30 each)
@@ -71,6 +72,13 @@ done
 for v in "b:$batch" "S:$seed" "E:$every" "e:$epochs" "N:$n"; do
     [[ ${v#*:} =~ ^[0-9]+$ ]] || die "-${v%%:*}: not a number: '${v#*:}'"
 done
+for v in "f:$fast" "s:$slow"; do   # cluster.sh's rate form, checked before anything starts
+    [[ ${v#*:} =~ ^[0-9]+(\.[0-9]+)?[kmgt]?(bit|bps)$ ]] || die "-${v%%:*}: bad rate '${v#*:}' (e.g. 100mbit, 10gbit)"
+done
+case " dense topk-ag artopk powersgd accordion gravac selsync flex " in
+*" $policy "*) ;;
+*) die "-p: unknown policy '$policy' (dense, topk-ag, artopk, powersgd, accordion, gravac, selsync, flex)" ;;
+esac
 train=$bdir/flx-train
 if [ $dry = 0 ]; then mkdir -p "$out" || exit 2; fi
 out=$(cd "$out" 2>/dev/null && pwd || echo "$out")
@@ -164,6 +172,9 @@ pid=
         # wall_s (evaluations included) runs with the clock the changes were made by
         t = v("wall_s") != "" ? v("wall_s") + 0 : v("time_s") + 0
         p = t < c1 ? 1 : t < c2 ? 2 : 3
+        if (v("collective") == "eval") {   # the evaluation closing an epoch: a row, not a step
+            acc[p] = v("test_acc"); prevev = 1; next
+        }
         n[p]++
         if (!(p in first)) first[p] = t
         last[p] = t
@@ -210,7 +221,12 @@ pid=
         }
     }' "$csv"
 } | tee "$out/link-change.txt"
-marks=${c1}${c2:+,$c2}
+# the changes on plot-train's axis, training time (time_s): at the first row at or after each
+marks=$(awk -F, -v c1="${c1:-}" -v c2="${c2:-}" '
+    NR == 1 { for (k = 1; k <= NF; k++) col[$k] = k; next }
+    ("wall_s" in col) && c1 != "" && m1 == "" && $col["wall_s"] + 0 >= c1 { m1 = $col["time_s"] + 0 }
+    ("wall_s" in col) && c2 != "" && m2 == "" && $col["wall_s"] + 0 >= c2 { m2 = $col["time_s"] + 0 }
+    END { if (m1 != "") printf "%.2f", m1; if (m2 != "") printf "%s%.2f", (m1 != "" ? "," : ""), m2 }' "$csv")
 "$here/plot-train" -t "$policy, $n ranks: $fast, $slow, $fast" ${marks:+-v "$marks"} "$csv" "$out/link-change" >/dev/null
 echo "# CSV: $csv   log: $log   charts: $out/link-change-decisions.png, $out/link-change-accuracy.png"
 [ $rc -eq 0 ]

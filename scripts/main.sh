@@ -2,7 +2,8 @@
 # scripts/main.sh -- build flexcoll in build/ and run the main job: a short
 # real data-parallel training run on Fashion-MNIST with 4 local ranks over
 # the tcp backend (flxrun starts the ranks), gradients synced by the flex
-# controller.  Extra arguments go to flx-train.
+# controller.  Extra arguments go to flx-train; FLX_RANKS sets the number
+# of ranks (default 4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x configure ] || autoreconf -fi

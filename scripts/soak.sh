@@ -11,17 +11,24 @@ set -uo pipefail
 ib=0
 ranks=
 build=
+die() { echo "soak.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --ib) ib=1; shift ;;
-        -n) ranks=$2; shift 2 ;;
+        -n) [ $# -ge 2 ] || die "-n needs a number of ranks"
+            [[ $2 =~ ^[0-9]+$ ]] && [ "$2" -ge 1 ] || die "-n: not a number of ranks: '$2'"
+            ranks=$2; shift 2 ;;
         --) shift; break ;;
-        -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
-        *) build=$1; shift ;;
+        -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+        -*) die "unknown option '$1' (-h for help)" ;;
+        *) [ -z "$build" ] || die "one BUILD_DIR, not '$build' and '$1'"
+           build=$1; shift ;;
     esac
 done
 here=$(cd "$(dirname "$0")/.." && pwd)
-build=$(cd "${build:-${FLX_BUILD:-$here/build}}" && pwd) || exit 2
+build=${build:-${FLX_BUILD:-$here/build}}
+[ -d "$build" ] || die "no build directory '$build'"
+build=$(cd "$build" && pwd) || exit 2
 [ -x "$build/flx-soak" ] || { echo "soak.sh: no $build/flx-soak: build first (make -C $build)" >&2; exit 2; }
 if [ $ib = 0 ]; then
     [ $# -gt 0 ] || set -- --iters 20000 --seconds 300 --max-bytes 4M --report 1000

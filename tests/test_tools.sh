@@ -164,6 +164,25 @@ n=$("$top/flxrun" -n 1 sh -c "head -c 100000 /dev/zero | tr '\\0' x | fold -w 10
 [ "$n" -eq 100500 ] || fail "a late reader got $n of the 100500 bytes of a job that succeeded"
 # the README shows the whole of tools/example.c: the same text
 src=${abs_top_srcdir:-.}
+# the scripts' bad input: one line saying what, a non-zero exit, before anything runs
+"$src/scripts/compare-mpi.sh" -R /dev/null >/dev/null 2>&1 && fail "compare-mpi.sh -R on an empty file succeeded"
+out=$("$src/scripts/experiment-fmnist.sh" -n -r 1gbit,bogus "$top" 2>&1) && fail "experiment-fmnist.sh took rate bogus"
+echo "$out" | grep -q "bad rate 'bogus'" || fail "experiment-fmnist.sh -r bogus: $out"
+out=$("$src/scripts/link-change.sh" -n -p nosuch "$top" 2>&1) && fail "link-change.sh took policy nosuch"
+echo "$out" | grep -q "unknown policy 'nosuch'" || fail "link-change.sh -p nosuch: $out"
+out=$("$src/scripts/soak.sh" --bogus 2>&1) && fail "soak.sh took --bogus"
+echo "$out" | grep -q "unknown option '--bogus'" || fail "soak.sh --bogus: $out"
+out=$("$src/scripts/plot-train" -t 2>&1) && fail "plot-train -t without a title ran"
+echo "$out" | grep -q -- "-t needs a value" || fail "plot-train -t: $out"
+# the experiment's table counts steps, not the epochs' evaluation rows (2 epochs of 5 steps)
+exp=$(mktemp -d)
+"$top/flx-train" --synthetic --epochs 2 --max-steps 5 --log "$exp/1gbit-flex.csv" >/dev/null 2>&1 ||
+    fail "flx-train for the experiment's report"
+grep -q ",eval," "$exp/1gbit-flex.csv" || fail "no evaluation rows in the step log"
+"$src/scripts/experiment-fmnist.sh" -R -o "$exp" -r 1gbit -p flex 2>/dev/null |
+    awk '$1 == "1gbit" && $2 == "flex" { found = 1; exit $3 != 10 } END { exit !found }' ||
+    fail "the experiment's report does not count 10 steps: $("$src/scripts/experiment-fmnist.sh" -R -o "$exp" -r 1gbit -p flex 2>&1)"
+rm -rf "$exp"
 sed -n '/The whole of `tools\/example.c`:/,/^```$/p' "$src/README.md" | sed '1,3d;$d' |
     cmp -s - "$src/tools/example.c" || fail "README's copy of tools/example.c differs from the file"
 echo "PASS: flx-example, flx-info (-c, --calibrate), compare-mpi report, bench-select, flx-train, perf tools' bad input"
