@@ -368,15 +368,26 @@ flx_status_t flx_ctl_destroy(flx_ctl_h h)
 
     if (h == NULL)
         return FLX_OK;
-    if (h->agree_req) /* every rank started it: it ends */
+    if (h->agree_req) { /* every rank started it: it ends */
         st = flx_wait(h->agree_req);
+        if (st != FLX_OK)
+            flx_error(CTRL, h->rank, "flx_ctl_destroy: the last agreement failed: %s",
+                      flx_status_string(st));
+    }
     if (h->topk) {
         flx_status_t s2 = flx_gsync_destroy(h->topk);
         if (st == FLX_OK)
             st = s2;
     }
-    if (h->log)
-        fclose(h->log);
+    if (h->log) { /* a write that failed (a full disk) is an error, not a short log */
+        int bad = ferror(h->log), closed = fclose(h->log);
+        if (bad || closed != 0) {
+            flx_error(CTRL, h->rank, "flx_ctl_destroy: writing the decision log %s failed%s%s",
+                      h->o.log_path, closed != 0 ? ": " : "", closed != 0 ? strerror(errno) : "");
+            if (st == FLX_OK)
+                st = FLX_ERR_IO;
+        }
+    }
     free(h->sample_pos);
     free(h->sample_seg);
     free(h->accum);

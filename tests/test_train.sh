@@ -84,6 +84,29 @@ out=$("$top/flx-train" --synthetic --model cnn:4 2>&1) && fail "bad CNN spec acc
 out=$("$top/flx-train" --synthetic --policy flex --min-gain 1.5 2>&1) && fail "--min-gain 1.5 accepted"
 echo "$out" | grep -q "min-gain" || fail "no clear error for --min-gain 1.5: $out"
 out=$("$top/flx-train" --synthetic --model mlp:0 2>&1) && fail "zero-width layer accepted"
+[ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q "width 0 is not in" ||
+    fail "a bad model spec: not the one line saying why (checked late?): $out"
+out=$("$top/flx-train" --synthetic --hidden 16, 2>&1) && fail "--hidden 16, accepted"
+[ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q "bad width list" ||
+    fail "--hidden 16,: not the one line saying why: $out"
+# an option the policy ignores: said once, by rank 0, and the run goes on
+out=$("$top/flxrun" -n 2 "$top/flx-train" --synthetic --epochs 1 --max-steps 2 --policy dense --kept 0.5 2>&1) ||
+    fail "dense with --kept: $out"
+[ "$(echo "$out" | grep -c "warning: --policy dense ignores --kept (topk-ag or artopk)")" -eq 1 ] ||
+    fail "no single warning for --kept with dense: $out"
+# the step schedule: x0.1 from the first epoch starting at or after 50% and 75% (5 epochs: the
+# 4th and the 5th; it decayed in the 3rd before)
+"$top/flx-train" --synthetic --epochs 5 --max-steps 2 --lr-schedule step --log "$tmp/lr.csv" >/dev/null 2>&1 ||
+    fail "the step schedule run"
+lrs=$(awk -F, 'NR == 1 { for (k = 1; k <= NF; k++) c[$k] = k; next }
+    $c["collective"] != "eval" && !($c["epoch"] in seen) { seen[$c["epoch"]] = 1; printf "%s ", $c["lr"] }' "$tmp/lr.csv")
+[ "$lrs" = "0.05 0.05 0.05 0.005 0.0005 " ] || fail "step schedule over 5 epochs: $lrs"
+# a full disk: the run fails, it does not leave a short log behind an exit 0
+"$top/flx-train" --synthetic --epochs 1 --max-steps 2 --log /dev/full >/dev/null 2>&1 &&
+    fail "a step log on a full disk passed"
+"$top/flx-train" --synthetic --epochs 1 --max-steps 2 --policy flex --ctl-log /dev/full >/dev/null 2>&1 &&
+    fail "a decision log on a full disk passed"
+"$top/flx-train" --synthetic --epochs 1 --max-steps 2 >/dev/full 2>/dev/null && fail "output to a full disk passed"
 mkdir "$tmp/data"
 printf 'not gzip and not IDX' > "$tmp/data/train-images-idx3-ubyte"
 out=$("$top/flx-train" --data "$tmp/data" 2>&1) && fail "corrupt data accepted"
@@ -122,8 +145,27 @@ echo "$out" | grep -q "$tmp/cut/train-images-idx3-ubyte.gz: unexpected end of fi
 mkset "$tmp/shape" train 4 28 28
 mkset "$tmp/shape" t10k 2 20 20
 out=$("$top/flx-train" --data "$tmp/shape" --batch 1 2>&1) && fail "20x20 test images accepted"
-echo "$out" | grep -q "test images have 400 pixels but the training images 784" ||
+echo "$out" | grep -q "test images are 20x20 but the training images 28x28" ||
     fail "no clear error for test images of another size: $out"
+# ... also with as many pixels (16x25 against 20x20: the shape, not the count)
+mkset "$tmp/shape2" train 4 16 25
+mkset "$tmp/shape2" t10k 2 20 20
+out=$("$top/flx-train" --data "$tmp/shape2" --batch 1 2>&1) && fail "16x25 against 20x20 accepted"
+echo "$out" | grep -q "test images are 20x20 but the training images 16x25" ||
+    fail "no clear error for test images of another shape: $out"
+# a gzip stream whose trailer (CRC, length) is cut by 8, 4 or 1 bytes: its data all there,
+# and still an error naming the file (zlib's gzread let it pass)
+for cut in 8 4 1; do
+    mkset "$tmp/trailer$cut" train 4 28 28
+    mkset "$tmp/trailer$cut" t10k 2 28 28
+    gzip -c "$tmp/trailer$cut/train-images-idx3-ubyte" > "$tmp/trailer$cut/z"
+    head -c $(($(wc -c < "$tmp/trailer$cut/z") - cut)) "$tmp/trailer$cut/z" \
+        > "$tmp/trailer$cut/train-images-idx3-ubyte.gz"
+    rm "$tmp/trailer$cut/z" "$tmp/trailer$cut/train-images-idx3-ubyte"
+    out=$("$top/flx-train" --data "$tmp/trailer$cut" --batch 1 2>&1) && fail "a gzip trailer cut by $cut accepted"
+    echo "$out" | grep -q "$tmp/trailer$cut/train-images-idx3-ubyte.gz: unexpected end of file after its 3136 data bytes" ||
+        fail "no clear error for a gzip trailer cut by $cut: $out"
+done
 # ranks that loaded different data, or where one could not load it, stop
 # together with one clear error instead of calling different collectives
 mkset "$tmp/r0" train 4 28 28

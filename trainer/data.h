@@ -13,6 +13,7 @@
 typedef struct {
     size_t n;          /* examples                */
     size_t dim;        /* features per example    */
+    size_t rows, cols; /* image shape: rows x cols = dim (1 x dim: not an image) */
     int classes;
     float *x;          /* n x dim, row-major      */
     uint8_t *y;        /* n labels                */

@@ -138,6 +138,13 @@ static flx_status_t nn_spec_parse(const char *spec, nn_spec_t *s)
     return FLX_OK;
 }
 
+flx_status_t nn_spec_check(const char *spec)
+{
+    nn_spec_t s;
+
+    return nn_spec_parse(spec, &s);
+}
+
 /* ---- building ------------------------------------------------------------- */
 
 /* Appends a layer taking the previous layer's output shape (or the input's). */

@@ -39,6 +39,9 @@ typedef void (*nn_grad_ready_fn)(void *ctx, int seg);
  * FLX_ERR_INVALID_ARG with one log line saying why; FLX_ERR_NO_MEMORY. */
 flx_status_t nn_create(const char *spec, size_t channels, size_t height, size_t width,
                        int classes, size_t max_batch, uint64_t seed, nn_t **nn_p);
+/* Only the spec's syntax (kind, widths, layer count), before any data:
+ * FLX_ERR_INVALID_ARG with one log line saying why. */
+flx_status_t nn_spec_check(const char *spec);
 void nn_destroy(nn_t *nn);
 
 size_t nn_nparams(const nn_t *nn);

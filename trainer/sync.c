@@ -210,16 +210,19 @@ flx_status_t sync_create(flx_comm_h comm, nn_t *nn, const sync_opts_t *o, sync_t
     return FLX_OK;
 }
 
-void sync_destroy(sync_t *s)
+flx_status_t sync_destroy(sync_t *s)
 {
+    flx_status_t st;
+
     if (s == NULL)
-        return;
+        return FLX_OK;
     for (int b = 0; b < s->nbuckets; b++)
         if (s->bucket[b].req)
             flx_wait(s->bucket[b].req);
     flx_gsync_destroy(s->gs);
-    flx_ctl_destroy(s->ctl);
+    st = flx_ctl_destroy(s->ctl); /* its decision log, if any, closed */
     free(s);
+    return st;
 }
 
 void sync_grad_ready(void *ctx, int seg)

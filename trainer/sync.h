@@ -56,7 +56,9 @@ const char *policy_name(policy_t p);
 int policy_parse(const char *name);
 
 flx_status_t sync_create(flx_comm_h comm, nn_t *nn, const sync_opts_t *o, sync_t **sync_p);
-void sync_destroy(sync_t *s);
+/* Ends what is under way, frees everything; an error of the controller's
+ * last agreement or of writing its decision log (one line logged). */
+flx_status_t sync_destroy(sync_t *s);
 /* nn_grad_ready_fn for nn_train_batch (ctx: the sync_t): the dense policy
  * starts a segment's allreduce as soon as its bucket is complete. */
 void sync_grad_ready(void *ctx, int seg);

@@ -44,6 +44,7 @@ typedef struct {
     double time_limit;
     int check_sync;
     int momentum_correction;  /* DGC's, top-k policies only; default off */
+    char unused[512];         /* options given that the policy ignores (rank 0 says so) */
     sync_opts_t sync;
 } train_opts_t;
 
@@ -162,6 +163,27 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         {"time-limit", required_argument, 0, 'T'}, {"check-sync", no_argument, 0, 'Y'},
         {"momentum-correction", required_argument, 0, 'c'},
         {0, 0, 0, 0}};
+    /* the options of some policies only: given with another, a warning (a
+     * sweep over policies may pass them all the same arguments) */
+#define POLS(a, b, c) ((1u << (a)) | (1u << (b)) | (1u << (c)))
+    static const struct {
+        int opt;
+        unsigned policies;
+        const char *which;
+    } only[] = {
+        {'a', POLS(POL_DENSE, POL_DENSE, POL_DENSE), "dense"},
+        {'B', POLS(POL_DENSE, POL_DENSE, POL_DENSE), "dense"},
+        {'k', POLS(POL_TOPK_AG, POL_ARTOPK, POL_ARTOPK), "topk-ag or artopk"},
+        {'E', POLS(POL_ARTOPK, POL_ARTOPK, POL_ARTOPK), "artopk"},
+        {'r', POLS(POL_POWERSGD, POL_POWERSGD, POL_POWERSGD), "powersgd"},
+        {'W', POLS(POL_FLEX, POL_FLEX, POL_FLEX), "flex"},
+        {'n', POLS(POL_ACCORDION, POL_FLEX, POL_FLEX), "accordion or flex"},
+        {'i', POLS(POL_ACCORDION, POL_FLEX, POL_SELSYNC), "accordion, flex or selsync"},
+        {'D', POLS(POL_SELSYNC, POL_SELSYNC, POL_SELSYNC), "selsync"},
+        {'g', POLS(POL_GRAVAC, POL_FLEX, POL_FLEX), "gravac or flex"},
+    };
+#undef POLS
+    unsigned char given[128] = {0};
     int c, p, opt_index = 0;
     size_t list[8];
     char *end;
@@ -176,6 +198,8 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
                             .interval = 50, .delta = 0.3, .min_gain = -1};
     while ((c = getopt_long(argc, argv, "h", longopts, &opt_index)) != -1) {
         errno = 0;
+        if (c > 0 && c < 128)
+            given[c] = 1;
         switch (c) {
         case 'd': o->data_dir = optarg; break;
         case 'S': o->synthetic = 1; break;
@@ -247,6 +271,19 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
     if (optind < argc) {
         fprintf(stderr, "flx-train: unexpected argument '%s'\n", argv[optind]);
         return -1;
+    }
+    if (nn_spec_check(o->model) != FLX_OK) /* its line says why, before any data or rank */
+        return -1;
+    for (size_t k = 0; k < sizeof(only) / sizeof(only[0]); k++) {
+        if (given[only[k].opt] && !(only[k].policies & (1u << o->sync.policy))) {
+            size_t used = strlen(o->unused);
+            const char *name = "?";
+            for (const struct option *lo = longopts; lo->name; lo++)
+                if (lo->val == only[k].opt)
+                    name = lo->name;
+            snprintf(o->unused + used, sizeof(o->unused) - used, "%s--%s (%s)",
+                     used ? ", " : "", name, only[k].which);
+        }
     }
     if (o->sync.ctl_log && o->sync.policy != POL_ACCORDION && o->sync.policy != POL_GRAVAC &&
         o->sync.policy != POL_FLEX) { /* only the controller's policies decide anything */
@@ -328,10 +365,10 @@ static double lr_at(const train_opts_t *o, int epoch, double t, double total)
     switch (o->lr_schedule) {
     case LR_COSINE:
         return 0.5 * lr * (1.0 + cos(M_PI * t / total));
-    case LR_STEP:
-        if (o->epochs >= 4 && epoch >= o->epochs / 2)
+    case LR_STEP: /* from the first epoch that starts at or after 50% and 75% */
+        if (o->epochs >= 4 && epoch >= 0.5 * o->epochs)
             lr *= 0.1;
-        if (o->epochs >= 4 && epoch >= o->epochs * 3 / 4)
+        if (o->epochs >= 4 && epoch >= 0.75 * o->epochs)
             lr *= 0.1;
         return lr;
     default:
@@ -342,15 +379,9 @@ static double lr_at(const train_opts_t *o, int epoch, double t, double total)
 /* channels x height x width of a dataset's examples: square images */
 static void data_shape(const data_set_t *d, size_t *c, size_t *h, size_t *w)
 {
-    size_t side = (size_t)(sqrt((double)d->dim) + 0.5);
-
     *c = 1;
-    if (side * side == d->dim) {
-        *h = *w = side;
-    } else {
-        *h = 1;
-        *w = d->dim;
-    }
+    *h = d->rows;
+    *w = d->cols;
 }
 
 typedef struct {
@@ -372,15 +403,19 @@ typedef struct {
  * (the ranks that failed said why). */
 static int agree_data(run_t *r, flx_status_t load_st)
 {
+    static const char *const what[] = {"", "training examples", "training image rows",
+                                       "training image columns", "test examples",
+                                       "test image rows", "test image columns"};
     const data_set_t *tr = &r->train, *te = &r->test;
     int ok = load_st == FLX_OK;
-    int64_t v[9] = {!ok, ok ? (int64_t)tr->n : 0, ok ? (int64_t)tr->dim : 0,
-                    ok ? (int64_t)te->n : 0, ok ? (int64_t)te->dim : 0};
+    int64_t v[13] = {!ok, ok ? (int64_t)tr->n : 0, ok ? (int64_t)tr->rows : 0,
+                     ok ? (int64_t)tr->cols : 0, ok ? (int64_t)te->n : 0,
+                     ok ? (int64_t)te->rows : 0, ok ? (int64_t)te->cols : 0};
     flx_status_t st;
 
-    for (int i = 1; i < 5; i++)
-        v[4 + i] = -v[i]; /* the maximum of -x is minus the minimum */
-    st = flx_allreduce(r->comm, v, v, 9, FLX_INT64, FLX_MAX, FLX_ALGO_AUTO);
+    for (int i = 1; i < 7; i++)
+        v[6 + i] = -v[i]; /* the maximum of -x is minus the minimum */
+    st = flx_allreduce(r->comm, v, v, 13, FLX_INT64, FLX_MAX, FLX_ALGO_AUTO);
     if (st != FLX_OK) {
         fprintf(stderr, "flx-train: rank %d: cannot agree on the data: %s\n", r->rank,
                 flx_status_string(st));
@@ -392,21 +427,19 @@ static int agree_data(run_t *r, flx_status_t load_st)
                     r->rank);
         return -1;
     }
-    for (int i = 1; i < 5; i++) {
-        if (v[i] != -v[4 + i]) {
+    for (int i = 1; i < 7; i++) {
+        if (v[i] != -v[6 + i]) {
             if (r->rank == 0)
                 fprintf(stderr, "flx-train: the ranks loaded different data (%s: %lld on "
                         "one rank, %lld on another); every rank needs the same files\n",
-                        i == 1 ? "training examples" : i == 2 ? "training image size"
-                        : i == 3 ? "test examples" : "test image size",
-                        (long long)-v[4 + i], (long long)v[i]);
+                        what[i], (long long)-v[6 + i], (long long)v[i]);
             return -1;
         }
     }
-    if (te->dim != tr->dim) {
+    if (te->rows != tr->rows || te->cols != tr->cols) {
         if (r->rank == 0)
-            fprintf(stderr, "flx-train: the test images have %zu pixels but the training "
-                    "images %zu (%s)\n", te->dim, tr->dim,
+            fprintf(stderr, "flx-train: the test images are %zux%zu but the training images "
+                    "%zux%zu (%s)\n", te->rows, te->cols, tr->rows, tr->cols,
                     r->o.synthetic ? "synthetic" : r->o.data_dir);
         return -1;
     }
@@ -596,6 +629,9 @@ int main(int argc, char **argv)
     }
     r.rank = flx_comm_rank(r.comm);
     r.size = flx_comm_size(r.comm);
+    if (r.rank == 0 && r.o.unused[0])
+        fprintf(stderr, "flx-train: warning: --policy %s ignores %s\n",
+                policy_name(r.o.sync.policy), r.o.unused);
     {   /* rank 0 writes the step log: opened first, so every rank stops at once if it cannot */
         int32_t bad = 0;
         if (r.rank == 0 && r.o.log_path && (r.log = fopen(r.o.log_path, "w")) == NULL) {
@@ -671,9 +707,18 @@ int main(int argc, char **argv)
     if (r.rank == 0 && rc == 0)
         printf("flx-train: done in %.1f s\n", flx_time_now() - t_start);
 out:
-    if (r.log)
-        fclose(r.log);
-    sync_destroy(r.sync);
+    if (r.log) { /* a write that failed (a full disk) fails the run, not a short log */
+        int bad = ferror(r.log), closed = fclose(r.log);
+        if (bad || closed != 0) {
+            fprintf(stderr, "flx-train: rank %d: writing the step log %s failed%s%s\n", r.rank,
+                    r.o.log_path, closed != 0 ? ": " : "", closed != 0 ? strerror(errno) : "");
+            rc = 1;
+        }
+    }
+    if (sync_destroy(r.sync) != FLX_OK && rc == 0) { /* the controller's line says why */
+        fprintf(stderr, "flx-train: rank %d: the gradient sync did not end cleanly\n", r.rank);
+        rc = 1;
+    }
     if (r.nn && r.comm) {
         flx_mem_deregister(r.comm, nn_grads(r.nn));
         flx_mem_deregister(r.comm, nn_params(r.nn));
@@ -682,5 +727,9 @@ out:
     data_free(&r.train);
     data_free(&r.test);
     flx_comm_destroy(r.comm);
+    if (fflush(stdout) != 0 || ferror(stdout)) { /* the progress lines went nowhere */
+        fprintf(stderr, "flx-train: rank %d: writing to standard output failed\n", r.rank);
+        rc = 1;
+    }
     return rc;
 }
