@@ -269,8 +269,9 @@ static flx_status_t comm_mem_op(flx_comm_h comm, void *ptr, size_t len, int reg)
 
 flx_status_t flx_mem_register(flx_comm_h comm, void *ptr, size_t len)
 {
-    if (comm == NULL || ptr == NULL || len == 0) {
-        flx_error(COLL, comm ? comm->rank : -1, "flx_mem_register: NULL or empty range");
+    if (comm == NULL || ptr == NULL || len == 0 || (uintptr_t)ptr + len < (uintptr_t)ptr) {
+        flx_error(COLL, comm ? comm->rank : -1, "flx_mem_register: NULL, empty or wrapping "
+                  "range");
         return FLX_ERR_INVALID_ARG;
     }
     return comm_mem_op(comm, ptr, len, 1);

@@ -173,6 +173,11 @@ FLX_API const char *flx_comm_net_name(flx_comm_h comm);
  * memory freed and allocated again may have new pages).  No effect on tcp.
  * Call collectively or not: it is local.  A collective running in the
  * background (non-blocking requests) finishes its current call first.
+ * FLX_ERR_INVALID_ARG with one log line for NULL, len 0 or a range that
+ * wraps, and on ib for a range that overlaps one still registered;
+ * flx_mem_deregister of a pointer that does not start a registered range
+ * (ib): FLX_ERR_NOT_FOUND with one log line; after flx_comm_abort both
+ * return FLX_ERR_ABORTED (flx_comm_destroy releases what is registered).
  */
 FLX_API flx_status_t flx_mem_register(flx_comm_h comm, void *ptr, size_t len);
 FLX_API flx_status_t flx_mem_deregister(flx_comm_h comm, void *ptr);

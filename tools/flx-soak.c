@@ -21,6 +21,7 @@
 #include "flexcoll.h"
 #include "common/config.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
@@ -298,6 +299,8 @@ static flx_status_t soak_run(soak_t *s, const soak_coll_t *c, size_t *wrong_p)
     case SOAK_ALLREDUCE:
     case SOAK_IALLREDUCE: {
         void *in = c->inplace ? recv : send;
+        if (!c->inplace) /* a call that writes nothing must not pass on old results */
+            memset(recv, 0x5a, n * elem);
         for (size_t i = 0; i < n; i++)
             soak_put(in, i, c->dtype, soak_value(s, c, s->rank, i));
         if (c->kind == SOAK_ALLREDUCE) {
@@ -339,6 +342,8 @@ static flx_status_t soak_run(soak_t *s, const soak_coll_t *c, size_t *wrong_p)
     case SOAK_REDUCE_SCATTER: {
         void *in = c->inplace ? recv : send;
         const size_t all = (size_t)s->size * n;
+        if (!c->inplace)
+            memset(recv, 0x5a, n * elem);
         for (size_t i = 0; i < all; i++)
             soak_put(in, i, c->dtype, soak_value(s, c, s->rank, i));
         st = flx_reduce_scatter(s->comm, in, recv, n, c->dtype, c->op);
@@ -471,7 +476,8 @@ static int soak_args_parse(int argc, char **argv, soak_args_t *a)
     a->report = 1000;
     a->warmup = -1;
     a->rss_limit_mb = 32;
-    while ((c = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
+    opterr = 0; /* one line of our own for a bad option */
+    while ((c = getopt_long(argc, argv, ":vh", longopts, NULL)) != -1) {
         switch (c) {
         case 'n':
             if (flx_parse_int(optarg, 0, 1L << 40, &l) != 0)
@@ -488,10 +494,11 @@ static int soak_args_parse(int argc, char **argv, soak_args_t *a)
             if (flx_parse_size(optarg, &a->max_bytes) != 0 || a->max_bytes > ((size_t)1 << 30))
                 goto bad;
             break;
-        case 's': {
+        case 's': { /* digits only: no sign, blank or wrap */
             char *end;
+            errno = 0;
             a->seed = strtoull(optarg, &end, 0);
-            if (*optarg == '\0' || *end != '\0')
+            if (*optarg < '0' || *optarg > '9' || *end != '\0' || errno != 0)
                 goto bad;
             a->have_seed = 1;
             break;
@@ -510,14 +517,24 @@ static int soak_args_parse(int argc, char **argv, soak_args_t *a)
         case 'l': {
             char *end;
             d = strtod(optarg, &end);
-            if (end == optarg || *end != '\0' || !(d >= 0))
+            if ((*optarg < '0' || *optarg > '9') || *end != '\0' || !(d >= 0) || !isfinite(d))
                 goto bad;
             a->rss_limit_mb = d;
             break;
         }
         case 'v': a->verbose = 1; break;
         case 'h': soak_usage(stdout); return 1;
-        default: soak_usage(stderr); return -1;
+        case ':':
+            fprintf(stderr, SOAK_NAME ": option '%s' needs a value (see --help)\n",
+                    argv[optind - 1]);
+            return -1;
+        default:
+            if (optopt)
+                fprintf(stderr, SOAK_NAME ": unknown option '-%c' (see --help)\n", optopt);
+            else
+                fprintf(stderr, SOAK_NAME ": unknown option '%s' (see --help)\n",
+                        argv[optind - 1]);
+            return -1;
         }
     }
     if (optind < argc) {
@@ -554,6 +571,10 @@ static int soak_main_loop(soak_t *s)
     if (st != FLX_OK)
         goto err_lib;
     rss_start = t.rss_max_mb;
+    if (s->args.warmup == 0) { /* no warm-up: growth counts from the start */
+        baseline = soak_rss_mb();
+        rss_warm = rss_start;
+    }
     s->t0 = soak_now();
     while (!stop) {
         soak_coll_t c;
@@ -595,29 +616,31 @@ static int soak_main_loop(soak_t *s)
             stop = flag != 0;
         }
     }
-    if (baseline == 0) {  /* shorter than the warm-up: growth over the whole run */
-        baseline = soak_rss_mb();
-        rss_warm = rss_start;
-    }
-    if ((st = soak_tally(s, s->done >= s->args.warmup ? baseline : 0, &t)) != FLX_OK)
+    /* growth is measured only past the warm-up: a run that ended inside it says so */
+    const int checked = s->done >= s->args.warmup;
+    if ((st = soak_tally(s, checked ? baseline : 0, &t)) != FLX_OK)
         goto err_lib;
     if (s->done % s->args.report != 0)
         soak_print_report(s, &t);
-    if (s->done < s->args.warmup)
-        t.growth_max_mb = 0;
+    const int ok = t.errors == 0 && (!checked || t.growth_max_mb <= s->args.rss_limit_mb);
     if (s->rank == 0) {
-        int ok = t.errors == 0 && t.growth_max_mb <= s->args.rss_limit_mb;
+        char growth[160];
+        if (checked)
+            snprintf(growth, sizeof(growth), "after %ld warm-up %.1f MB, end %.1f MB, growth "
+                     "%.1f MB (limit %.0f)", s->args.warmup, rss_warm, t.rss_max_mb,
+                     t.growth_max_mb, s->args.rss_limit_mb);
+        else
+            snprintf(growth, sizeof(growth), "end %.1f MB, growth not checked (the run ended "
+                     "inside the %ld-collective warm-up)", t.rss_max_mb, s->args.warmup);
         printf(SOAK_NAME ": summary: %ld collectives on %d ranks in %.1f s (allreduce %ld, "
                "allgather %ld, broadcast %ld, reduce_scatter %ld, barrier %ld, iallreduce %ld), "
-               "%ld errors, RSS start %.1f MB, after %ld warm-up %.1f MB, end %.1f MB, "
-               "growth %.1f MB (limit %.0f): %s\n",
+               "%ld errors, RSS start %.1f MB, %s: %s\n",
                s->done, s->size, soak_now() - s->t0, s->per_kind[0], s->per_kind[1],
                s->per_kind[2], s->per_kind[3], s->per_kind[4], s->per_kind[5], t.errors,
-               rss_start, s->done >= s->args.warmup ? s->args.warmup : 0, rss_warm,
-               t.rss_max_mb, t.growth_max_mb, s->args.rss_limit_mb, ok ? "PASS" : "FAIL");
+               rss_start, growth, ok ? "PASS" : "FAIL");
         fflush(stdout);
     }
-    return t.errors == 0 && t.growth_max_mb <= s->args.rss_limit_mb ? 0 : 1;
+    return ok ? 0 : 1;
 
 err_lib:
     fprintf(stderr, SOAK_NAME ": rank %d: collective of the soak's own bookkeeping failed: %s\n",
@@ -644,12 +667,23 @@ int main(int argc, char **argv)
     s.rank = flx_comm_rank(s.comm);
     s.size = flx_comm_size(s.comm);
     seed = s.args.have_seed ? s.args.seed : soak_mix((uint64_t)time(NULL) ^ (uint64_t)getpid());
-    /* one sequence for everyone: rank 0's seed */
-    st = flx_broadcast(s.comm, &seed, 1, FLX_INT64, 0);
-    if (st != FLX_OK) {
-        fprintf(stderr, SOAK_NAME ": seed broadcast: %s\n", flx_status_string(st));
-        flx_comm_destroy(s.comm);
-        return 1;
+    if (s.rank == 0 && s.args.csv_path) { /* before the first collective: all stop alike */
+        s.csv = fopen(s.args.csv_path, "w");
+        if (s.csv == NULL)
+            fprintf(stderr, SOAK_NAME ": cannot write %s: %m\n", s.args.csv_path);
+        else
+            fprintf(s.csv, "collectives,errors,rss_mb,seconds\n");
+    }
+    {   /* one sequence for everyone, rank 0's seed, and whether its CSV opened */
+        int64_t v[2] = {(int64_t)seed, s.rank == 0 && s.args.csv_path && s.csv == NULL};
+        st = flx_broadcast(s.comm, v, 2, FLX_INT64, 0);
+        if (st != FLX_OK || v[1]) {
+            if (st != FLX_OK)
+                fprintf(stderr, SOAK_NAME ": seed broadcast: %s\n", flx_status_string(st));
+            flx_comm_destroy(s.comm);
+            return st != FLX_OK ? 1 : 2;
+        }
+        seed = (uint64_t)v[0];
     }
     s.rng = seed;
     /* allgather and reduce-scatter use size * count, with up to 3 elements of skew */
@@ -660,15 +694,6 @@ int main(int argc, char **argv)
         fprintf(stderr, SOAK_NAME ": no memory for 2 x %zu bytes\n", s.buf_bytes);
         rc = 1;
         goto out_free;
-    }
-    if (s.rank == 0 && s.args.csv_path) {
-        s.csv = fopen(s.args.csv_path, "w");
-        if (s.csv == NULL) {
-            fprintf(stderr, SOAK_NAME ": cannot write %s: %m\n", s.args.csv_path);
-            rc = 2;
-            goto out_free;
-        }
-        fprintf(s.csv, "collectives,errors,rss_mb,seconds\n");
     }
     if (s.rank == 0) {
         printf(SOAK_NAME ": %d ranks, seed %" PRIu64 ", ", s.size, seed);
@@ -682,14 +707,23 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     rc = soak_main_loop(&s);
-    if (s.csv)
-        fclose(s.csv);
 out_free:
+    if (s.csv) { /* a CSV or report that could not be written fails the soak */
+        int bad = ferror(s.csv), closed = fclose(s.csv);
+        if (bad || closed != 0) {
+            fprintf(stderr, SOAK_NAME ": writing %s failed\n", s.args.csv_path);
+            rc = rc ? rc : 1;
+        }
+    }
     free(s.send);
     free(s.recv);
     st = flx_comm_destroy(s.comm);
     if (st != FLX_OK && rc == 0) {
         fprintf(stderr, SOAK_NAME ": flx_comm_destroy: %s\n", flx_status_string(st));
+        rc = 1;
+    }
+    if ((fflush(stdout) != 0 || ferror(stdout)) && rc == 0) {
+        fprintf(stderr, SOAK_NAME ": writing to standard output failed\n");
         rc = 1;
     }
     return rc;

@@ -1234,12 +1234,24 @@ static void ib_destroy(tl_ctx_t *ctx)
 
 static flx_status_t ib_mem_register(tl_ctx_t *ctx, void *addr, size_t len)
 {
-    return ib_mr_pin(&ctx->mrc, addr, len);
+    flx_status_t st = ib_mr_pin(&ctx->mrc, addr, len);
+
+    if (st == FLX_ERR_INVALID_ARG)
+        flx_error(NET, ctx->rank, "flx_mem_register: [%p, +%zu) overlaps a range still "
+                  "registered (deregister it first)", addr, len);
+    else if (st != FLX_OK)
+        flx_error(NET, ctx->rank, "flx_mem_register: no memory to note [%p, +%zu)", addr, len);
+    return st;
 }
 
 static flx_status_t ib_mem_deregister(tl_ctx_t *ctx, void *addr)
 {
-    return ib_mr_unpin(&ctx->mrc, addr);
+    flx_status_t st = ib_mr_unpin(&ctx->mrc, addr);
+
+    if (st == FLX_ERR_NOT_FOUND)
+        flx_error(NET, ctx->rank, "flx_mem_deregister: %p is not the start of a registered "
+                  "range", addr);
+    return st;
 }
 
 const tl_ops_t tl_ib_ops = {

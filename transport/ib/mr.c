@@ -238,6 +238,13 @@ void ib_mr_put(ib_mr_cache_t *cache, ib_mr_entry_t *entry, int failed)
 
 flx_status_t ib_mr_pin(ib_mr_cache_t *cache, void *addr, size_t len)
 {
+    const uintptr_t start = (uintptr_t)addr, end = start + len;
+
+    /* one registration per range: a second over the same pages would make
+     * deregistering the first leave the rest cached for pages freed later */
+    for (int i = 0; i < cache->npinned; i++)
+        if (start < cache->pinned[i].end && cache->pinned[i].start < end)
+            return FLX_ERR_INVALID_ARG;
     if (cache->npinned == cache->cap_pinned) {
         int cap = cache->cap_pinned ? 2 * cache->cap_pinned : 16;
         void *p = realloc(cache->pinned, (size_t)cap * sizeof(*cache->pinned));
@@ -246,8 +253,8 @@ flx_status_t ib_mr_pin(ib_mr_cache_t *cache, void *addr, size_t len)
         cache->pinned = p;
         cache->cap_pinned = cap;
     }
-    cache->pinned[cache->npinned].start = (uintptr_t)addr;
-    cache->pinned[cache->npinned].end = (uintptr_t)addr + len;
+    cache->pinned[cache->npinned].start = start;
+    cache->pinned[cache->npinned].end = end;
     cache->npinned++;
     return FLX_OK;
 }
