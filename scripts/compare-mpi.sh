@@ -136,14 +136,17 @@ esac
 # report RESULTS: one table per collective and N from the rows
 #   impl coll n rep size time_us busbw wrong p50_us
 # (impl: flexcoll, or the baseline: mpi or gloo)
+# has_rows RESULTS: exit 1 with one line unless RESULTS holds result rows
+has_rows() {
+    awk '($1 == "flexcoll" || $1 == "mpi" || $1 == "gloo") && ($2 == "allreduce" || $2 == "allgather") &&
+         $3 ~ /^[0-9]+$/ && $5 ~ /^[0-9]+$/ { ok = 1; exit } END { exit !ok }' "$1" && return 0
+    echo "$prog: error: no result rows in $1 (impl coll n rep size time_us busbw wrong p50_us)" >&2
+    exit 1
+}
+
 report() {
     local res=$1 coll n label
-    # rows: impl coll n rep size ... with a flexcoll and a baseline side
-    if ! awk '($1 == "flexcoll" || $1 == "mpi" || $1 == "gloo") && ($2 == "allreduce" || $2 == "allgather") &&
-              $3 ~ /^[0-9]+$/ && $5 ~ /^[0-9]+$/ { ok = 1; exit } END { exit !ok }' "$res"; then
-        echo "$prog: error: no result rows in $res (impl coll n rep size time_us busbw wrong p50_us)" >&2
-        exit 1
-    fi
+    has_rows "$res"
     label=$(awk '$1 != "flexcoll" { print ($1 == "gloo" ? "Gloo" : "MPI"); exit }' "$res")
     label=${label:-MPI}
     if [ "$statcol" = 9 ] && awk 'NF < 9 { old = 1; exit } END { exit !old }' "$res"; then
@@ -211,6 +214,7 @@ if [ -n "$report_only" ]; then
         echo "$prog: error: cannot read $report_only" >&2
         exit 1
     fi
+    has_rows "$report_only"
     echo "# report from $report_only: a run's time = the $stat of its iterations, median over the repetitions per size;"
     echo "# ratio = baseline time / flexcoll time (> 1: flexcoll faster); busbw from the median times (GB/s)"
     report "$report_only"

@@ -165,7 +165,9 @@ n=$("$top/flxrun" -n 1 sh -c "head -c 100000 /dev/zero | tr '\\0' x | fold -w 10
 # the README shows the whole of tools/example.c: the same text
 src=${abs_top_srcdir:-.}
 # the scripts' bad input: one line saying what, a non-zero exit, before anything runs
-"$src/scripts/compare-mpi.sh" -R /dev/null >/dev/null 2>&1 && fail "compare-mpi.sh -R on an empty file succeeded"
+out=$("$src/scripts/compare-mpi.sh" -R /dev/null 2>&1) && fail "compare-mpi.sh -R on an empty file succeeded"
+[ "$(echo "$out" | wc -l)" -eq 1 ] && echo "$out" | grep -q "no result rows in /dev/null" ||
+    fail "compare-mpi.sh -R /dev/null: not the one line saying why: $out"
 out=$("$src/scripts/experiment-fmnist.sh" -n -r 1gbit,bogus "$top" 2>&1) && fail "experiment-fmnist.sh took rate bogus"
 echo "$out" | grep -q "bad rate 'bogus'" || fail "experiment-fmnist.sh -r bogus: $out"
 out=$("$src/scripts/link-change.sh" -n -p nosuch "$top" 2>&1) && fail "link-change.sh took policy nosuch"
