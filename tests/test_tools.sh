@@ -155,7 +155,8 @@ out=$(timeout 20 "$top/flxrun" -n 1 "$top/flx-sparse-perf" -b 4k -e 4k -n 1 -w 0
 [ "$rc" -eq 2 ] || fail "flx-sparse-perf --compute-us inf: exit $rc: $out"
 # a job that succeeds loses nothing to a slow reader: its rank exits at once (60 kB fit in the
 # pipe), and the reader takes 1 KiB each 30 ms of the 180 kB (before, flxrun took the open pipes
-# for leftovers and left after 4 s: 73662 bytes arrived), nor to a reader that starts late
+# for leftovers and dropped the rest after the SIGKILL grace: 110898 bytes arrived), nor to a
+# reader that starts late
 slow_count() { total=0; while :; do n=$(head -c 1024 | wc -c); [ "$n" -eq 0 ] && break
     total=$((total + n)); sleep 0.03; done; echo "$total"; }
 n=$("$top/flxrun" -n 1 sh -c "yes x | head -n 30000" | slow_count)

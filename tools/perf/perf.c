@@ -26,6 +26,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +161,20 @@ static int perf_parse_algo(const char *s, flx_algo_t *algo_p)
             return 0;
         }
     }
+    return -1;
+}
+
+int perf_arg_error(const char *prog, int quiet, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (quiet)
+        return -1;
+    fprintf(stderr, "%s: ", prog);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (see --help)\n");
     return -1;
 }
 

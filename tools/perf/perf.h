@@ -68,6 +68,10 @@ void perf_args_default(perf_args_t *args);
  */
 int perf_args_parse(perf_args_t *args, const char *prog, const char *accept,
                     int quiet, int argc, char **argv);
+/* One line "PROG: what (see --help)" on stderr unless quiet; returns -1 (a
+ * parser's bad-argument result). */
+int perf_arg_error(const char *prog, int quiet, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* The option getopt just refused (missing: its value is missing), as the
  * user typed it: -x, also inside a cluster such as -zn, or --name. */
 const char *perf_bad_option(char **argv, int missing, char *buf, size_t len);

@@ -138,15 +138,7 @@ static int sparse_perf_parse(sparse_perf_args_t *a, int quiet, int argc, char **
                                          SPARSE_PERF_MAX_FRACTIONS);
     opterr = 0;
     optind = 1;
-#define SPARSE_BAD(...)                                                                 \
-    do {                                                                                \
-        if (!quiet) {                                                                   \
-            fprintf(stderr, SPARSE_PERF_NAME ": ");                                    \
-            fprintf(stderr, __VA_ARGS__);                                               \
-            fprintf(stderr, " (see --help)\n");                                        \
-        }                                                                               \
-        return -1;                                                                      \
-    } while (0)
+#define SPARSE_BAD(...) return perf_arg_error(SPARSE_PERF_NAME, quiet, __VA_ARGS__)
     while ((c = getopt_long(argc, argv, ":b:e:f:c:m:n:w:s:t:r:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'b':
@@ -170,7 +162,7 @@ static int sparse_perf_parse(sparse_perf_args_t *a, int quiet, int argc, char **
             break;
         case 'm':
             if (sparse_perf_parse_methods(a, optarg) != 0)
-                SPARSE_BAD("-m %s: not a list of methods (see --help) or all", optarg);
+                SPARSE_BAD("-m %s: not a list of methods named in --help, or all", optarg);
             break;
         case 'n':
             if (flx_parse_int(optarg, 1, 100000, &v) != 0)

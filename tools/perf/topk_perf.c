@@ -102,13 +102,7 @@ static int topk_perf_parse(topk_perf_args_t *a, int argc, char **argv)
     a->fractions[1] = 0.001;
     a->nfractions = 2;
     opterr = 0;
-#define TOPK_BAD(...)                                                                   \
-    do {                                                                                \
-        fprintf(stderr, TOPK_PERF_NAME ": ");                                          \
-        fprintf(stderr, __VA_ARGS__);                                                   \
-        fprintf(stderr, " (see --help)\n");                                            \
-        return -1;                                                                      \
-    } while (0)
+#define TOPK_BAD(...) return perf_arg_error(TOPK_PERF_NAME, 0, __VA_ARGS__)
     while ((c = getopt_long(argc, argv, ":b:e:f:c:n:w:t:d:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'b':
