@@ -5,7 +5,9 @@
 set -u
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not installed"; exit 77; }
 top=${abs_top_builddir:-.}
-port=$(( 20000 + $$ % 20000 ))
+# below the kernel's ephemeral ports (32768 up): mpirun's own loopback connections take
+# those, and one took the root's port in a CI run ("cannot bind ...: Address already in use")
+port=$(( 20000 + $$ % 12000 ))
 out=$(timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 \
       -x FLX_ROOT=127.0.0.1:$port -x FLX_JOB_SECRET=mpirun-test-secret \
       "$top/flx-allreduce-perf" -b 8 -e 256k -f 8 -n 5 -w 1 2>&1)

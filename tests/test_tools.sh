@@ -136,7 +136,7 @@ echo "$out" | grep -q "nothing measured" || fail "no reason for an empty sweep: 
 # a missing FLX_SOCKET_IFNAME fails every rank at once, the root too (alone
 # here: it waited for FLX_CONNECT_TIMEOUT before)
 t0=$(date +%s)
-out=$(FLX_RANK=0 FLX_SIZE=2 FLX_ROOT=127.0.0.1:$((20000 + $$ % 20000)) FLX_JOB_SECRET=s FLX_SOCKET_IFNAME=no-such-if0 \
+out=$(FLX_RANK=0 FLX_SIZE=2 FLX_ROOT=127.0.0.1:$((20000 + $$ % 12000)) FLX_JOB_SECRET=s FLX_SOCKET_IFNAME=no-such-if0 \
       FLX_CONNECT_TIMEOUT=30s timeout 60 "$top/flx-example" 2>&1) &&
     fail "FLX_SOCKET_IFNAME=no-such-if0 accepted: $out"
 [ $(($(date +%s) - t0)) -lt 10 ] || fail "a missing FLX_SOCKET_IFNAME took $(($(date +%s) - t0)) s"
