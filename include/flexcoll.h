@@ -170,7 +170,9 @@ FLX_API const char *flx_comm_net_name(flx_comm_h comm);
  * Declare that [ptr, ptr+len) stays allocated until flx_mem_deregister.
  * On the ib backend such buffers are registered once and reused zero-copy
  * (other buffers are registered for each message that needs it, since
- * memory freed and allocated again may have new pages).  No effect on tcp.
+ * memory freed and allocated again may have new pages).  A range larger
+ * than the locked-memory limit lets each message be registered or copied
+ * through staging buffers instead, with one warning.  No effect on tcp.
  * Call collectively or not: it is local.  A collective running in the
  * background (non-blocking requests) finishes its current call first.
  * FLX_ERR_INVALID_ARG with one log line for NULL, len 0 or a range that

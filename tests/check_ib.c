@@ -1,18 +1,19 @@
 /* check_ib.c -- ib-specific behaviour on real verbs (run in the SoftRoCE VM;
  * exits 77, SKIP, where no RDMA port is active): the registration cache
- * reuses and evicts registrations and forgets a range deregistered while
- * in use, unregistered buffers go through staging slots (or, all busy, a
- * registration per message), a QP forced into the error state turns into
- * FLX_ERR_PEER_LOST on every rank, a peer's failure fails a half-written
- * striped send at once and does not hold up the others' destroy, strangers'
- * connection requests are rejected without a trace, results stay exact on
- * the RDMA write path. */
+ * reuses and evicts registrations, forgets a range deregistered while in
+ * use and stages a range too big to pin, unregistered buffers go through
+ * staging slots (or, all busy, a registration per message), a QP forced
+ * into the error state turns into FLX_ERR_PEER_LOST on every rank, a
+ * peer's failure fails a half-written striped send at once and does not
+ * hold up the others' destroy, strangers' connection requests are rejected
+ * without a trace, results stay exact on the RDMA write path. */
 #include "tests/mp.h"
 #include "collectives/comm.h"
 #include "transport/ib/ib.h"
 
 #include <check.h>
 #include <errno.h>
+#include <linux/capability.h>
 #include <poll.h>
 #include <pthread.h>
 #include <rdma/rdma_cma.h>
@@ -22,6 +23,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -469,6 +471,89 @@ START_TEST(test_unpin_in_use)
 {
     setenv("FLX_NET", "ib", 1);
     ck_assert_int_eq(mp_run(2, body_unpin_in_use, NULL, 120, NULL), 0);
+}
+END_TEST
+
+/* A registered range larger than the locked-memory limit (CAP_IPC_LOCK
+ * dropped, RLIMIT_MEMLOCK at PTB_LIMIT): the device cannot pin it whole, so
+ * the range is marked and its large messages go as any other buffer's,
+ * staged where they fit a slot, else registered one by one (here the
+ * allreduces' 512 KiB chunks are larger than the 256 KiB slots, a 128 KiB
+ * broadcast fits one).
+ * Every result exact; the collective failed with FLX_ERR_NO_MEMORY before. */
+enum { PTB_LIMIT = 64 << 20, PTB_RANGE = 256 << 20, PTB_COUNT = (1 << 18) + 3, PTB_BCAST = 1 << 15 };
+
+static int body_pin_too_big(flx_comm_h comm, int rank, int size, void *arg)
+{
+    tl_ctx_t *ctx = ib_ctx(comm);
+    float *b = malloc(PTB_RANGE);
+    uint64_t staged0 = ctx->mrc.stage.staged, transient0 = ctx->mrc.transient;
+    int count0 = ctx->mrc.count, marked = -1;
+
+    (void)arg;
+    if (b == NULL || flx_mem_register(comm, b, PTB_RANGE) != FLX_OK)
+        return mp_fail(rank, "flx_mem_register of %d bytes failed", PTB_RANGE);
+    for (int algo = FLX_ALGO_RING; algo <= FLX_ALGO_TREE; algo++) {
+        float *x = b + (size_t)PTB_RANGE / sizeof(float) / 2; /* inside, not at the start */
+
+        for (int i = 0; i < PTB_COUNT; i++)
+            x[i] = (float)(rank * 100 + i % 97);
+        if (flx_allreduce(comm, x, x, PTB_COUNT, FLX_FLOAT32, FLX_SUM, (flx_algo_t)algo) != FLX_OK)
+            return mp_fail(rank, "allreduce (algo %d) in a range too big to pin failed", algo);
+        for (int i = 0; i < PTB_COUNT; i++)
+            if (x[i] != (float)(100 * size * (size - 1) / 2 + size * (i % 97)))
+                return mp_fail(rank, "allreduce (algo %d): element %d is %g", algo, i, x[i]);
+    }
+    for (int i = 0; i < PTB_BCAST; i++)
+        b[i] = rank == 1 ? (float)(i % 89) : -1.0f;
+    if (flx_broadcast(comm, b, PTB_BCAST, FLX_FLOAT32, 1) != FLX_OK)
+        return mp_fail(rank, "broadcast in a range too big to pin failed");
+    for (int i = 0; i < PTB_BCAST; i++)
+        if (b[i] != (float)(i % 89))
+            return mp_fail(rank, "broadcast: element %d is %g", i, b[i]);
+    for (int i = 0; i < ctx->mrc.npinned; i++)
+        if (ctx->mrc.pinned[i].start == (uintptr_t)b)
+            marked = ctx->mrc.pinned[i].too_big;
+    if (marked != 1 || ctx->mrc.stage.staged == staged0 || ctx->mrc.transient == transient0 ||
+        ctx->mrc.count != count0)
+        return mp_fail(rank, "range marked %d, %llu staged, %llu registered per message, %d "
+                       "cached (%d before)", marked,
+                       (unsigned long long)(ctx->mrc.stage.staged - staged0),
+                       (unsigned long long)(ctx->mrc.transient - transient0), ctx->mrc.count,
+                       count0);
+    if (flx_mem_deregister(comm, b) != FLX_OK)
+        return mp_fail(rank, "flx_mem_deregister failed");
+    free(b);
+    return 0;
+}
+
+START_TEST(test_pin_too_big)
+{
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
+    struct __user_cap_data_struct caps[2], dropped[2];
+    struct rlimit old, rl;
+
+    /* root pins past any limit: this test's process (check forks one per
+     * test) drops CAP_IPC_LOCK from its effective set and lowers the soft
+     * limit; the ranks inherit both */
+    ck_assert_int_eq(syscall(SYS_capget, &hdr, caps), 0);
+    memcpy(dropped, caps, sizeof(caps));
+    dropped[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+    ck_assert_int_eq(syscall(SYS_capset, &hdr, dropped), 0);
+    ck_assert_int_eq(getrlimit(RLIMIT_MEMLOCK, &old), 0);
+    rl = old;
+    rl.rlim_cur = PTB_LIMIT;
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < rl.rlim_cur)
+        rl.rlim_max = rl.rlim_cur; /* raising the hard limit: CAP_SYS_RESOURCE */
+    ck_assert_int_eq(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
+    setenv("FLX_NET", "ib", 1);
+    setenv("FLX_CHUNK_SIZE", "512k", 1);
+    setenv("FLX_IB_STAGE_SIZE", "256k", 1);
+    ck_assert_int_eq(mp_run(2, body_pin_too_big, NULL, 300, NULL), 0);
+    unsetenv("FLX_IB_STAGE_SIZE");
+    unsetenv("FLX_CHUNK_SIZE");
+    ck_assert_int_eq(setrlimit(RLIMIT_MEMLOCK, &old), 0);
+    ck_assert_int_eq(syscall(SYS_capset, &hdr, caps), 0);
 }
 END_TEST
 
@@ -926,6 +1011,7 @@ int main(void)
     tcase_add_test(tc, test_staging);
     tcase_add_test(tc, test_qp_error);
     tcase_add_test(tc, test_unpin_in_use);
+    tcase_add_test(tc, test_pin_too_big);
     tcase_add_test(tc, test_partial_write);
     tcase_add_test(tc, test_destroy_after_abort);
     tcase_add_test(tc, test_stranger);

@@ -67,6 +67,8 @@ typedef struct ib_mr_entry {
 
 typedef struct {
     uintptr_t start, end;
+    int too_big;          /* the device could not pin it whole: its messages
+                             are staged or registered one by one         */
 } ib_range_t;
 
 /* Staging buffers (mr.c): one registered block of nslots slots.  A large

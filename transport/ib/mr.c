@@ -8,7 +8,9 @@
  * flx_mem_register() and the library's own scratch memory.  They are
  * keyed by address range, bounded by FLX_IB_REG_CACHE entries, and the
  * least recently used idle one is evicted first (it is registered again on
- * its next use).  Any other buffer's large message is copied through a
+ * its next use).  A range the device cannot pin whole (the locked-memory
+ * limit is lower than the range) is marked once, with a warning, and from
+ * then on treated as any other buffer.  Any other buffer's large message is copied through a
  * staging slot: FLX_IB_STAGE_SLOTS buffers of FLX_IB_STAGE_SIZE bytes in one
  * block, registered once at first use (NCCL's way with unregistered
  * memory; a memcpy costs less than an ibv_reg_mr + ibv_dereg_mr pair at
@@ -29,6 +31,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #if defined(HAVE_MALLOPT) && defined(HAVE_MALLOC_H)
@@ -55,17 +58,25 @@ __attribute__((constructor)) static void mr_leave_pinned_init(void)
 
 int ib_mr_leave_pinned_active(void) { return mr_leave_pinned; }
 
-static void mr_log_failure(ib_mr_cache_t *cache, void *addr, size_t len)
+/* the locked-memory limit, for the log */
+static void memlock_limit(char *buf, size_t n)
 {
     struct rlimit rl;
-    char lim[64] = "unknown";
 
+    snprintf(buf, n, "unknown");
     if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
         if (rl.rlim_cur == RLIM_INFINITY)
-            snprintf(lim, sizeof(lim), "unlimited");
+            snprintf(buf, n, "unlimited");
         else
-            snprintf(lim, sizeof(lim), "%llu KiB", (unsigned long long)rl.rlim_cur / 1024);
+            snprintf(buf, n, "%llu KiB", (unsigned long long)rl.rlim_cur / 1024);
     }
+}
+
+static void mr_log_failure(ib_mr_cache_t *cache, void *addr, size_t len)
+{
+    char lim[64];
+
+    memlock_limit(lim, sizeof(lim));
     flx_error(NET, cache->rank, "ibv_reg_mr(%p, %zu bytes) failed: %m (locked-memory limit %s; "
               "raise it with ulimit -l unlimited or /etc/security/limits.conf)", addr, len, lim);
 }
@@ -96,17 +107,18 @@ static int cache_evict_one(ib_mr_cache_t *cache)
     return 1;
 }
 
-/* A range the program promised to keep mapped (cacheable)? */
-static int range_pinned(const ib_mr_cache_t *cache, uintptr_t start, uintptr_t end)
+/* The range the program promised to keep mapped (cacheable) that holds
+ * [start, end), or NULL; one the device could not pin whole does not count */
+static ib_range_t *range_pinned(const ib_mr_cache_t *cache, uintptr_t start, uintptr_t end)
 {
     for (int i = 0; i < cache->npinned; i++)
         if (cache->pinned[i].start <= start && end <= cache->pinned[i].end)
-            return 1;
-    return 0;
+            return cache->pinned[i].too_big ? NULL : &cache->pinned[i];
+    return NULL;
 }
 
 static flx_status_t mr_register(ib_mr_cache_t *cache, void *addr, uintptr_t start,
-                                uintptr_t end, ib_mr_entry_t **entry_p);
+                                uintptr_t end, int quiet, ib_mr_entry_t **entry_p);
 
 static flx_status_t mr_get(ib_mr_cache_t *cache, void *addr, size_t len, int transient_ok,
                            ib_mr_entry_t **entry_p);
@@ -126,8 +138,12 @@ static flx_status_t mr_get(ib_mr_cache_t *cache, void *addr, size_t len, int tra
                            ib_mr_entry_t **entry_p)
 {
     uintptr_t start = (uintptr_t)addr, end = start + (len ? len : 1);
+    void *const msg_addr = addr;
+    const uintptr_t msg_end = end;
+    ib_range_t *range;
     ib_mr_entry_t *e;
     flx_status_t st;
+    int quiet;
 
     for (e = cache->head; e; e = e->next) {
         if (e->start <= start && end <= e->end) {
@@ -138,11 +154,12 @@ static flx_status_t mr_get(ib_mr_cache_t *cache, void *addr, size_t len, int tra
             return FLX_OK;
         }
     }
-    if (!cache->leave_pinned && !range_pinned(cache, start, end)) {
+    range = range_pinned(cache, start, end);
+    if (!cache->leave_pinned && range == NULL) {
         /* not known to stay mapped: a registration for this message only */
         if (!transient_ok)
             return FLX_ERR_NOT_FOUND;
-        st = mr_register(cache, addr, start, end, &e);
+        st = mr_register(cache, addr, start, end, 0, &e);
         if (st != FLX_OK)
             return st;
         e->transient = 1;
@@ -152,14 +169,30 @@ static flx_status_t mr_get(ib_mr_cache_t *cache, void *addr, size_t len, int tra
     }
     cache->misses++;
     /* cache the whole pinned range, so that every chunk of it hits */
-    for (int i = 0; i < cache->npinned; i++)
-        if (cache->pinned[i].start <= start && end <= cache->pinned[i].end) {
-            start = cache->pinned[i].start;
-            end = cache->pinned[i].end;
-            addr = (void *)start;
-            break;
-        }
-    st = mr_register(cache, addr, start, end, &e);
+    if (range != NULL) {
+        start = range->start;
+        end = range->end;
+        addr = (void *)start;
+    }
+    /* quiet where something else may still work: a staging slot, or a
+     * registration of this message alone */
+    quiet = !transient_ok ||
+            (range != NULL && (start != (uintptr_t)msg_addr || end != msg_end));
+    st = mr_register(cache, addr, start, end, quiet, &e);
+    if (st == FLX_ERR_NOT_FOUND && range == NULL)
+        return st; /* leave pinned: staging next */
+    if (st == FLX_ERR_NOT_FOUND) { /* from now on like any other buffer */
+        char lim[64];
+        int err = errno;
+
+        memlock_limit(lim, sizeof(lim));
+        range->too_big = 1;
+        flx_warn(NET, cache->rank, "ib: cannot register the whole of the registered range "
+                 "[%p, +%zu): %s (locked-memory limit %s); its large messages are staged or "
+                 "registered one by one (ulimit -l unlimited pins it whole)", addr,
+                 (size_t)(end - start), strerror(err), lim);
+        return mr_get(cache, msg_addr, len, transient_ok, entry_p);
+    }
     if (st != FLX_OK)
         return st;
     if (e->read_only) {
@@ -180,8 +213,10 @@ static flx_status_t mr_get(ib_mr_cache_t *cache, void *addr, size_t len, int tra
     return FLX_OK;
 }
 
+/* FLX_ERR_NOT_FOUND (errno kept, nothing logged) where the device refuses
+ * and quiet is set; else its failure is logged */
 static flx_status_t mr_register(ib_mr_cache_t *cache, void *addr, uintptr_t start,
-                                uintptr_t end, ib_mr_entry_t **entry_p)
+                                uintptr_t end, int quiet, ib_mr_entry_t **entry_p)
 {
     const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
     ib_mr_entry_t *e;
@@ -204,9 +239,13 @@ static flx_status_t mr_register(ib_mr_cache_t *cache, void *addr, uintptr_t star
                       (size_t)(end - start));
     }
     if (e->mr == NULL) {
-        mr_log_failure(cache, addr, end - start);
+        int err = errno;
+
+        if (!quiet)
+            mr_log_failure(cache, addr, end - start);
         free(e);
-        return FLX_ERR_NO_MEMORY;
+        errno = err;
+        return quiet ? FLX_ERR_NOT_FOUND : FLX_ERR_NO_MEMORY;
     }
     e->start = start;
     e->end = end;
@@ -253,8 +292,7 @@ flx_status_t ib_mr_pin(ib_mr_cache_t *cache, void *addr, size_t len)
         cache->pinned = p;
         cache->cap_pinned = cap;
     }
-    cache->pinned[cache->npinned].start = start;
-    cache->pinned[cache->npinned].end = end;
+    cache->pinned[cache->npinned] = (ib_range_t){.start = start, .end = end};
     cache->npinned++;
     return FLX_OK;
 }
@@ -305,10 +343,15 @@ static int stage_setup(ib_mr_cache_t *cache)
                  sg->slot_size);
         return -1;
     }
-    if (mr_register(cache, sg->base, (uintptr_t)sg->base, (uintptr_t)sg->base + bytes,
+    if (mr_register(cache, sg->base, (uintptr_t)sg->base, (uintptr_t)sg->base + bytes, 1,
                     &sg->entry) != FLX_OK) {
-        flx_warn(NET, cache->rank, "ib: staging buffers (%zu bytes) cannot be registered: large "
-                 "messages of unregistered buffers are registered per message", bytes);
+        char lim[64];
+        int err = errno;
+
+        memlock_limit(lim, sizeof(lim));
+        flx_warn(NET, cache->rank, "ib: staging buffers (%zu bytes) cannot be registered: %s "
+                 "(locked-memory limit %s); large messages of unregistered buffers are "
+                 "registered per message", bytes, strerror(err), lim);
         return -1;
     }
     for (int i = 0; i < sg->nslots; i++)
