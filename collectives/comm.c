@@ -26,6 +26,8 @@
 
 const char *flx_version_string(void) { return PACKAGE_VERSION; }
 
+int flx_version(void) { return FLX_VERSION_CODE; }
+
 const char *flx_build_features(void)
 {
     return "tcp" FEATURE_VERBS FEATURE_HWLOC FEATURE_ASAN;

@@ -19,6 +19,7 @@
 #include "common/time.h"
 #include "common/util.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,9 +97,11 @@ void flx_gsync_opts_default(flx_gsync_opts_t *opts)
     };
 }
 
+/* floor(c n) of the exact product: the rounding of c and of the product
+ * must not lose an element (0.29 * 100 is 28.999999999999996 in doubles) */
 static size_t gsync_k(double c, size_t n)
 {
-    double k = floor(c * (double)n);
+    double k = floor(c * (double)n * (1 + 4 * DBL_EPSILON));
 
     return k < 1 ? 1 : k > (double)n ? n : (size_t)k;
 }

@@ -24,9 +24,15 @@ extern "C" {
 #define FLX_API
 #endif
 
+/* The version this header belongs to (configure refuses a header whose
+ * numbers differ from the package's).  Compare versions as codes:
+ * #if FLX_VERSION_CODE >= FLX_VERSION(0, 2, 0); flx_version() gives the
+ * code of the library in use. */
 #define FLX_VERSION_MAJOR 0
 #define FLX_VERSION_MINOR 1
 #define FLX_VERSION_PATCH 0
+#define FLX_VERSION(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
+#define FLX_VERSION_CODE FLX_VERSION(FLX_VERSION_MAJOR, FLX_VERSION_MINOR, FLX_VERSION_PATCH)
 
 /*
  * Status codes.  FLX_OK is 0, FLX_INPROGRESS is 1, errors are negative.
@@ -281,7 +287,11 @@ FLX_API flx_status_t flx_wait(flx_request_h req);
 /* Library information                                                     */
 /* ---------------------------------------------------------------------- */
 
+/* "major.minor.patch" of the library in use, and its FLX_VERSION code
+ * (which may differ from FLX_VERSION_CODE of the header a program was
+ * compiled with, when the shared library is newer). */
 FLX_API const char *flx_version_string(void);
+FLX_API int flx_version(void);
 /* Comma-separated features compiled in, e.g. "tcp,ib,hwloc,asan". */
 FLX_API const char *flx_build_features(void);
 
@@ -297,7 +307,8 @@ FLX_API const char *flx_build_features(void);
  * decompresses into the caller's buffer and updates the residuals; the
  * result is the same, bit for bit, on every rank.
  *
- * "Kept fraction" c in (0, 1]: k = max(1, floor(c n)) elements are sent.
+ * "Kept fraction" c in (0, 1]: k = max(1, floor(c n)) elements are sent
+ * (c n as exact arithmetic has it: 0.29 of 100 keeps 29).
  * Methods:
  *   NONE      dense allreduce of the n floats (no residual)
  *   TOPK      the k largest |g + e| (ties: lower index); combined by

@@ -13,6 +13,10 @@ build=${1:-${FLX_BUILD:-.}}
 cd "$build" || exit 2
 export FLX_NET=ib FLX_TEST_BIG_BYTES=${FLX_TEST_BIG_BYTES:-300000}
 rc=0
+if ! ./flx-info | grep -q "locked memory"; then
+    echo "test-ib.sh: flx-info shows no locked-memory line under the RDMA devices"
+    rc=1
+fi
 tests="check_ib check_coll check_errors check_faults"
 if [ "${FLX_IB_SUITE:-full}" = quick ]; then
     tests="check_ib check_coll"

@@ -793,6 +793,19 @@ static int body_bad_args(flx_comm_h comm, int rank, int N, void *arg)
             return mp_fail(rank, "set_kept_fraction(%g) accepted", bad_c[i]);
     if (flx_gsync_kept(h) != 10)
         return mp_fail(rank, "a refused kept fraction changed k to %zu", flx_gsync_kept(h));
+    { /* c n as exact arithmetic has it: 0.29 * 100 is 28.999999999999996 in
+       * doubles (k was 28), 0.011 * 23000 252.99999999999997 */
+        flx_gsync_h h2;
+
+        if (flx_gsync_set_kept_fraction(h, 0.29) != FLX_OK || flx_gsync_kept(h) != 29)
+            return mp_fail(rank, "kept fraction 0.29 of 100 keeps %zu, not 29", flx_gsync_kept(h));
+        if (flx_gsync_create(comm, 23000, &o, &h2) != FLX_OK)
+            return mp_fail(rank, "a good create of 23000 failed");
+        if (flx_gsync_set_kept_fraction(h2, 0.011) != FLX_OK || flx_gsync_kept(h2) != 253)
+            return mp_fail(rank, "kept fraction 0.011 of 23000 keeps %zu, not 253",
+                           flx_gsync_kept(h2));
+        flx_gsync_destroy(h2);
+    }
     if (flx_gsync_step(h, NULL, NULL) != FLX_ERR_INVALID_ARG)
         return mp_fail(rank, "NULL gradient accepted");
     if (flx_gsync_set_collective(h, FLX_GSYNC_COLL_ALLREDUCE) != FLX_ERR_INVALID_ARG)

@@ -933,6 +933,7 @@ static int raw_sockets_differ(int rank, int size, const char *root, void *arg)
     flx_status_t st;
 
     (void)arg;
+    setenv("FLX_NET", "tcp", 1); /* the ib suite runs this too: ib has no tcp connections */
     setenv("FLX_TCP_SOCKETS", rank == size - 1 ? "1" : "2", 1);
     st = mp_comm_create(rank, size, root, &comm);
     if (st == FLX_OK) {

@@ -527,33 +527,111 @@ static int body_pin_too_big(flx_comm_h comm, int rank, int size, void *arg)
     return 0;
 }
 
-START_TEST(test_pin_too_big)
-{
-    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
-    struct __user_cap_data_struct caps[2], dropped[2];
-    struct rlimit old, rl;
+/* Root pins past any limit: the test's process (check forks one per test)
+ * drops CAP_IPC_LOCK from its effective set and sets the soft locked-memory
+ * limit; the ranks inherit both.  memlock_restore undoes it. */
+typedef struct {
+    struct __user_cap_header_struct hdr;
+    struct __user_cap_data_struct caps[2];
+    struct rlimit rl;
+} memlock_saved_t;
 
-    /* root pins past any limit: this test's process (check forks one per
-     * test) drops CAP_IPC_LOCK from its effective set and lowers the soft
-     * limit; the ranks inherit both */
-    ck_assert_int_eq(syscall(SYS_capget, &hdr, caps), 0);
-    memcpy(dropped, caps, sizeof(caps));
+static void memlock_limit_set(rlim_t limit, memlock_saved_t *saved)
+{
+    struct __user_cap_data_struct dropped[2];
+    struct rlimit rl;
+
+    saved->hdr = (struct __user_cap_header_struct){.version = _LINUX_CAPABILITY_VERSION_3};
+    ck_assert_int_eq(syscall(SYS_capget, &saved->hdr, saved->caps), 0);
+    memcpy(dropped, saved->caps, sizeof(dropped));
     dropped[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
-    ck_assert_int_eq(syscall(SYS_capset, &hdr, dropped), 0);
-    ck_assert_int_eq(getrlimit(RLIMIT_MEMLOCK, &old), 0);
-    rl = old;
-    rl.rlim_cur = PTB_LIMIT;
+    ck_assert_int_eq(syscall(SYS_capset, &saved->hdr, dropped), 0);
+    ck_assert_int_eq(getrlimit(RLIMIT_MEMLOCK, &saved->rl), 0);
+    rl = saved->rl;
+    rl.rlim_cur = limit;
     if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < rl.rlim_cur)
         rl.rlim_max = rl.rlim_cur; /* raising the hard limit: CAP_SYS_RESOURCE */
     ck_assert_int_eq(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
+}
+
+static void memlock_restore(memlock_saved_t *saved)
+{
+    ck_assert_int_eq(setrlimit(RLIMIT_MEMLOCK, &saved->rl), 0);
+    ck_assert_int_eq(syscall(SYS_capset, &saved->hdr, saved->caps), 0);
+}
+
+START_TEST(test_pin_too_big)
+{
+    memlock_saved_t saved;
+
+    memlock_limit_set(PTB_LIMIT, &saved);
     setenv("FLX_NET", "ib", 1);
     setenv("FLX_CHUNK_SIZE", "512k", 1);
     setenv("FLX_IB_STAGE_SIZE", "256k", 1);
     ck_assert_int_eq(mp_run(2, body_pin_too_big, NULL, 300, NULL), 0);
     unsetenv("FLX_IB_STAGE_SIZE");
     unsetenv("FLX_CHUNK_SIZE");
-    ck_assert_int_eq(setrlimit(RLIMIT_MEMLOCK, &old), 0);
-    ck_assert_int_eq(syscall(SYS_capset, &hdr, caps), 0);
+    memlock_restore(&saved);
+}
+END_TEST
+
+/* The default limit of a process without CAP_IPC_LOCK on Debian, 8 MiB,
+ * with the default settings: the 8 MiB staging block does not fit beside
+ * the bounce buffers, so it shrinks; messages that find every slot busy
+ * cannot be registered for themselves and wait for a slot instead.  4 MiB
+ * ring, tree and halving-doubling allreduces, a ring allgather and a
+ * broadcast, 3 ranks, every result exact (the allreduce failed with
+ * FLX_ERR_NO_MEMORY before). */
+static int body_memlock_8m(flx_comm_h comm, int rank, int size, void *arg)
+{
+    enum { COUNT = 1 << 20 };
+    tl_ctx_t *ctx = ib_ctx(comm);
+    float *src = malloc(COUNT * sizeof(float)), *dst = malloc((size_t)size * COUNT * sizeof(float));
+
+    (void)arg;
+    if (src == NULL || dst == NULL)
+        return mp_fail(rank, "no memory");
+    for (int algo = FLX_ALGO_RING; algo <= FLX_ALGO_HD; algo++) {
+        for (int i = 0; i < COUNT; i++)
+            src[i] = (float)(rank * 100 + i % 97);
+        if (flx_allreduce(comm, src, dst, COUNT, FLX_FLOAT32, FLX_SUM, (flx_algo_t)algo) != FLX_OK)
+            return mp_fail(rank, "allreduce (algo %d) under an 8 MiB limit failed", algo);
+        for (int i = 0; i < COUNT; i++)
+            if (dst[i] != (float)(100 * size * (size - 1) / 2 + size * (i % 97)))
+                return mp_fail(rank, "allreduce (algo %d): element %d is %g", algo, i, dst[i]);
+    }
+    if (flx_allgather(comm, src, dst, COUNT, FLX_FLOAT32, FLX_ALGO_RING) != FLX_OK)
+        return mp_fail(rank, "allgather under an 8 MiB limit failed");
+    for (int r = 0; r < size; r++)
+        for (int i = 0; i < COUNT; i++)
+            if (dst[(size_t)r * COUNT + i] != (float)(r * 100 + i % 97))
+                return mp_fail(rank, "allgather: rank %d's element %d is %g", r, i,
+                               dst[(size_t)r * COUNT + i]);
+    for (int i = 0; i < COUNT; i++)
+        src[i] = rank == 2 ? (float)(i % 89) : -1.0f;
+    if (flx_broadcast(comm, src, COUNT, FLX_FLOAT32, 2) != FLX_OK)
+        return mp_fail(rank, "broadcast under an 8 MiB limit failed");
+    for (int i = 0; i < COUNT; i++)
+        if (src[i] != (float)(i % 89))
+            return mp_fail(rank, "broadcast: element %d is %g", i, src[i]);
+    if (ctx->mrc.stage.nslots >= 16 || ctx->mrc.stage.staged == 0 ||
+        ctx->mrc.stage.nfree != ctx->mrc.stage.nslots)
+        return mp_fail(rank, "%d staging slots (%d free at the end), %llu staged",
+                       ctx->mrc.stage.nslots, ctx->mrc.stage.nfree,
+                       (unsigned long long)ctx->mrc.stage.staged);
+    free(src);
+    free(dst);
+    return 0;
+}
+
+START_TEST(test_memlock_8m)
+{
+    memlock_saved_t saved;
+
+    memlock_limit_set(8 << 20, &saved);
+    setenv("FLX_NET", "ib", 1);
+    ck_assert_int_eq(mp_run(3, body_memlock_8m, NULL, 300, NULL), 0);
+    memlock_restore(&saved);
 }
 END_TEST
 
@@ -1012,6 +1090,7 @@ int main(void)
     tcase_add_test(tc, test_qp_error);
     tcase_add_test(tc, test_unpin_in_use);
     tcase_add_test(tc, test_pin_too_big);
+    tcase_add_test(tc, test_memlock_8m);
     tcase_add_test(tc, test_partial_write);
     tcase_add_test(tc, test_destroy_after_abort);
     tcase_add_test(tc, test_stranger);

@@ -18,12 +18,13 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: flx-info [-c] [--calibrate] [-h]\n"
+    fprintf(out, "usage: flx-info [-c] [--calibrate] [--version] [-h]\n"
                  "  (no option)  version, build features, transports, network devices\n"
                  "  -c           every FLX_* configuration knob: value, default and help\n"
                  "  --calibrate  run as the ranks of a job (flxrun -n N flx-info --calibrate):\n"
                  "               measure alpha and beta of every link, print the matrix and\n"
-                 "               the model the collectives choose algorithms with\n");
+                 "               the model the collectives choose algorithms with\n"
+                 "  --version    print the version and exit\n");
 }
 
 static void print_devices(void)
@@ -159,7 +160,8 @@ out:
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {{"calibrate", no_argument, 0, 'C'},
-                                             {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+                                             {"help", no_argument, 0, 'h'},
+                                             {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
     flx_config_t cfg;
     flx_ctl_opts_t ctl;
     int show_config = 0, do_calibrate = 0, opt;
@@ -169,6 +171,7 @@ int main(int argc, char **argv)
         case 'C': do_calibrate = 1; break;
         case 'c': show_config = 1; break;
         case 'h': usage(stdout); return 0;
+        case 'V': printf("flexcoll %s\n", flx_version_string()); return 0;
         default: usage(stderr); return 2;
         }
     }

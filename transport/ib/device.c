@@ -13,6 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <linux/capability.h>
 #ifdef FLX_HAVE_HWLOC
 #include <hwloc.h>
 #include <hwloc/openfabrics-verbs.h>
@@ -205,6 +209,25 @@ int ib_dev_available(void)
     return found;
 }
 
+/* What registration may pin: the locked-memory limit, unless the process
+ * holds CAP_IPC_LOCK (root, usually), which pins past it. */
+static void print_memlock(FILE *out)
+{
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
+    struct __user_cap_data_struct caps[2];
+    struct rlimit rl;
+
+    if (syscall(SYS_capget, &hdr, caps) == 0 &&
+        (caps[CAP_IPC_LOCK / 32].effective & (1u << (CAP_IPC_LOCK % 32))))
+        fprintf(out, "  locked memory: no limit (CAP_IPC_LOCK)\n");
+    else if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        fprintf(out, "  locked memory: unlimited\n");
+    else
+        fprintf(out, "  locked memory: %llu KiB (ulimit -l): staging may shrink and large "
+                "messages wait for a slot; raise it for speed\n",
+                (unsigned long long)rl.rlim_cur / 1024);
+}
+
 void ib_dev_print(FILE *out)
 {
     struct ibv_device **devs;
@@ -252,4 +275,5 @@ void ib_dev_print(FILE *out)
         ibv_close_device(vctx);
     }
     ibv_free_device_list(devs);
+    print_memlock(out);
 }

@@ -25,7 +25,8 @@ enum { WR_RECV = 1, WR_SEND = 2, WR_WRITE = 3 };
 /* request state in priv[] */
 #define RQ_MR 0      /* ib_mr_entry_t * of a large message              */
 #define RQ_FLAGS 1
-#define RQ_LINK 2    /* large receive: 1 CTS to send, 2 memory to attach at the RTS */
+#define RQ_LINK 2    /* large receive: 1 CTS to send, 2 memory to attach at the RTS,
+                        3 the RTS here, memory to attach when a slot frees */
 #define RQ_REMOTE 3  /* large send: remote address                      */
 #define RQ_RKEY_ID 4 /* large send: rkey << 32 | imm id                 */
 #define RQ_PIECES 5  /* large send: bytes posted << 16 | pieces in flight */
@@ -109,25 +110,40 @@ static void list_remove(tl_req_t **head, tl_req_t **tail, tl_req_t *r)
  * known to be ready; it takes a slot only while more than half are free,
  * else FLX_ERR_NOT_FOUND (nothing attached: attach at the RTS), so that
  * receives posted far ahead (a ring's allgather) leave slots to those
- * whose data comes first. */
+ * whose data comes first.  A receive never takes the last free slot: one
+ * stays for sends, whose slots come back without waiting on any peer.
+ * Out of locked memory (the registration refused) with staging working,
+ * a message that fits a slot waits for one: FLX_ERR_NOT_FOUND, nothing
+ * attached, try again after a completion (a slot held by a send always
+ * comes back, and a receive's slot once its sender gets one). */
 static flx_status_t large_mem_get(tl_ctx_t *ctx, tl_req_t *r, int early)
 {
     const ib_stage_t *sg = &ctx->mrc.stage;
     ib_mr_entry_t *mr;
     flx_status_t st = ib_mr_get_cached(&ctx->mrc, r->buf, r->len, &mr);
     int idx;
-    char *slot;
+    char *slot = NULL;
 
     if (st == FLX_ERR_NOT_FOUND && early && ib_stage_fits(&ctx->mrc, r->len) &&
         sg->entry != NULL && 2 * sg->nfree <= sg->nslots)
         return FLX_ERR_NOT_FOUND;
-    if (st == FLX_ERR_NOT_FOUND && (slot = ib_stage_get(&ctx->mrc, r->len, &idx, &mr)) != NULL) {
+    if (st == FLX_ERR_NOT_FOUND && (r->is_send || sg->entry == NULL || sg->nslots < 2 ||
+                                    sg->nfree >= 2))
+        slot = ib_stage_get(&ctx->mrc, r->len, &idx, &mr);
+    if (slot != NULL) {
         if (r->is_send)
             memcpy(slot, r->buf, r->len);
         r->priv[RQ_STAGE] = (uint64_t)idx + 1;
         st = FLX_OK;
     } else if (st == FLX_ERR_NOT_FOUND) {
-        st = ib_mr_get(&ctx->mrc, r->buf, r->len, &mr);
+        /* a slot will come back: the registration may be refused quietly */
+        int can_wait = ib_stage_fits(&ctx->mrc, r->len) && sg->entry != NULL && sg->nslots >= 2;
+
+        st = ib_mr_get_transient(&ctx->mrc, r->buf, r->len, can_wait, &mr);
+        if (st == FLX_ERR_NOT_FOUND && !ctx->mrc.waited++)
+            flx_warn(NET, ctx->rank, "ib: out of locked memory for a registration per message; "
+                     "messages wait for one of the %d staging slots (ulimit -l unlimited "
+                     "avoids the wait)", sg->nslots);
     }
     if (st == FLX_OK)
         r->priv[RQ_MR] = (uintptr_t)mr;
@@ -397,6 +413,16 @@ static flx_status_t conn_flush(tl_ctx_t *ctx, ib_conn_t *c)
     /* receives whose CTS has not gone out yet (linked through RQ_LINK) */
     for (tl_req_t *r = c->posted_head; r && st == FLX_OK; r = r->next) {
         ib_hdr_t h;
+        if ((r->priv[RQ_FLAGS] & F_LARGE) && r->priv[RQ_LINK] == 3) {
+            st = large_mem_get(ctx, r, 0); /* still waiting for a slot? */
+            if (st == FLX_ERR_NOT_FOUND) {
+                st = FLX_OK;
+                continue;
+            }
+            if (st != FLX_OK)
+                break;
+            r->priv[RQ_LINK] = 1;
+        }
         if (!(r->priv[RQ_FLAGS] & F_LARGE) || r->priv[RQ_LINK] != 1)
             continue;
         if (!can_send(ctx, c, 2))
@@ -431,8 +457,13 @@ static flx_status_t conn_flush(tl_ctx_t *ctx, ib_conn_t *c)
     for (tl_req_t *r = c->rdv_head; r && st == FLX_OK; r = r->next) {
         if (!(r->priv[RQ_FLAGS] & F_HAVE_CTS))
             continue;
-        if (r->priv[RQ_MR] == 0 && (st = large_mem_get(ctx, r, 0)) != FLX_OK)
+        if (r->priv[RQ_MR] == 0 && (st = large_mem_get(ctx, r, 0)) != FLX_OK) {
+            if (st == FLX_ERR_NOT_FOUND) { /* waits for a staging slot */
+                st = FLX_OK;
+                continue;
+            }
             break;
+        }
         st = post_write_pieces(ctx, c, r);
     }
     /* give receives back when they pile up and nothing else carries them */
@@ -633,7 +664,8 @@ static flx_status_t ib_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void 
         }
         ctx->rdv[id].req = req;
         req->priv[RQ_RKEY_ID] = id;
-        req->priv[RQ_LINK] = st == FLX_OK ? 1 : 2; /* CTS to send, or memory at the RTS */
+        /* CTS to send, memory at the RTS, or (the RTS here) when a slot frees */
+        req->priv[RQ_LINK] = st == FLX_OK ? 1 : rts_seen ? 3 : 2;
     }
     list_append(&c->posted_head, &c->posted_tail, req);
     return conn_flush(ctx, c);
@@ -679,11 +711,11 @@ static flx_status_t handle_data_hdr(tl_ctx_t *ctx, ib_conn_t *c, const ib_hdr_t 
             posted_done(ctx, c, r, FLX_OK);
         } else if (r->priv[RQ_LINK] == 2) { /* the sender is ready: memory, then CTS */
             flx_status_t st = large_mem_get(ctx, r, 0);
-            if (st != FLX_OK) {
+            if (st != FLX_OK && st != FLX_ERR_NOT_FOUND) {
                 ib_fail(ctx, st, "registration");
                 return st;
             }
-            r->priv[RQ_LINK] = 1;
+            r->priv[RQ_LINK] = st == FLX_OK ? 1 : 3; /* or when a slot frees */
         }
         return FLX_OK; /* an RTS otherwise confirms the receive we posted */
     }
@@ -1191,10 +1223,12 @@ static void ib_destroy(tl_ctx_t *ctx)
     }
     ib_conn_teardown(ctx); /* the QPs first: failed requests' registrations go after */
     flx_info(NET, ctx->rank, "ib: registrations: %llu cache hits, %llu misses, %llu evictions, "
-             "%llu for one message; staging: %llu messages, %llu found every slot busy",
+             "%llu for one message; staging: %llu messages, %llu found every slot busy, %llu "
+             "waits for a slot (out of locked memory)",
              (unsigned long long)ctx->mrc.hits, (unsigned long long)ctx->mrc.misses,
              (unsigned long long)ctx->mrc.evictions, (unsigned long long)ctx->mrc.transient,
-             (unsigned long long)ctx->mrc.stage.staged, (unsigned long long)ctx->mrc.stage.full);
+             (unsigned long long)ctx->mrc.stage.staged, (unsigned long long)ctx->mrc.stage.full,
+             (unsigned long long)ctx->mrc.waited);
     ib_mr_cache_flush(&ctx->mrc);
     if (ctx->send_mr)
         ibv_dereg_mr(ctx->send_mr);

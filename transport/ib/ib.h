@@ -95,6 +95,8 @@ typedef struct {
     int max_entries;      /* FLX_IB_REG_CACHE; 0 = register per use      */
     uint64_t clock;
     uint64_t hits, misses, evictions, transient;
+    uint64_t waited;      /* large messages told to wait for a staging slot
+                             (out of locked memory), retries included     */
     int rank;
     int leave_pinned;     /* FLX_IB_LEAVE_PINNED in force: cache all     */
     ib_range_t *pinned;   /* ranges promised to stay mapped (cacheable)  */
@@ -106,6 +108,10 @@ typedef struct {
 /* A registration covering [addr, addr + len): cached where the range may
  * be cached, else one for this message (entry->transient). */
 flx_status_t ib_mr_get(ib_mr_cache_t *cache, void *addr, size_t len, ib_mr_entry_t **entry_p);
+/* The same; quiet: a registration the device refuses (out of locked
+ * memory) is FLX_ERR_NOT_FOUND with nothing logged. */
+flx_status_t ib_mr_get_transient(ib_mr_cache_t *cache, void *addr, size_t len, int quiet,
+                                 ib_mr_entry_t **entry_p);
 /* The same, but FLX_ERR_NOT_FOUND where only a registration for this
  * message would do (nothing is registered then). */
 flx_status_t ib_mr_get_cached(ib_mr_cache_t *cache, void *addr, size_t len,

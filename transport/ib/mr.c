@@ -121,21 +121,28 @@ static flx_status_t mr_register(ib_mr_cache_t *cache, void *addr, uintptr_t star
                                 uintptr_t end, int quiet, ib_mr_entry_t **entry_p);
 
 static flx_status_t mr_get(ib_mr_cache_t *cache, void *addr, size_t len, int transient_ok,
-                           ib_mr_entry_t **entry_p);
+                           int quiet, ib_mr_entry_t **entry_p);
 
 flx_status_t ib_mr_get(ib_mr_cache_t *cache, void *addr, size_t len, ib_mr_entry_t **entry_p)
 {
-    return mr_get(cache, addr, len, 1, entry_p);
+    return mr_get(cache, addr, len, 1, 0, entry_p);
+}
+
+flx_status_t ib_mr_get_transient(ib_mr_cache_t *cache, void *addr, size_t len, int quiet,
+                                 ib_mr_entry_t **entry_p)
+{
+    return mr_get(cache, addr, len, 1, quiet, entry_p);
 }
 
 flx_status_t ib_mr_get_cached(ib_mr_cache_t *cache, void *addr, size_t len,
                               ib_mr_entry_t **entry_p)
 {
-    return mr_get(cache, addr, len, 0, entry_p);
+    return mr_get(cache, addr, len, 0, 0, entry_p);
 }
 
+/* quiet: a registration the device refuses is FLX_ERR_NOT_FOUND, not logged */
 static flx_status_t mr_get(ib_mr_cache_t *cache, void *addr, size_t len, int transient_ok,
-                           ib_mr_entry_t **entry_p)
+                           int quiet, ib_mr_entry_t **entry_p)
 {
     uintptr_t start = (uintptr_t)addr, end = start + (len ? len : 1);
     void *const msg_addr = addr;
@@ -143,7 +150,6 @@ static flx_status_t mr_get(ib_mr_cache_t *cache, void *addr, size_t len, int tra
     ib_range_t *range;
     ib_mr_entry_t *e;
     flx_status_t st;
-    int quiet;
 
     for (e = cache->head; e; e = e->next) {
         if (e->start <= start && end <= e->end) {
@@ -159,7 +165,7 @@ static flx_status_t mr_get(ib_mr_cache_t *cache, void *addr, size_t len, int tra
         /* not known to stay mapped: a registration for this message only */
         if (!transient_ok)
             return FLX_ERR_NOT_FOUND;
-        st = mr_register(cache, addr, start, end, 0, &e);
+        st = mr_register(cache, addr, start, end, quiet, &e);
         if (st != FLX_OK)
             return st;
         e->transient = 1;
@@ -176,9 +182,10 @@ static flx_status_t mr_get(ib_mr_cache_t *cache, void *addr, size_t len, int tra
     }
     /* quiet where something else may still work: a staging slot, or a
      * registration of this message alone */
-    quiet = !transient_ok ||
-            (range != NULL && (start != (uintptr_t)msg_addr || end != msg_end));
-    st = mr_register(cache, addr, start, end, quiet, &e);
+    st = mr_register(cache, addr, start, end,
+                     quiet || !transient_ok ||
+                         (range != NULL && (start != (uintptr_t)msg_addr || end != msg_end)),
+                     &e);
     if (st == FLX_ERR_NOT_FOUND && range == NULL)
         return st; /* leave pinned: staging next */
     if (st == FLX_ERR_NOT_FOUND) { /* from now on like any other buffer */
@@ -191,7 +198,7 @@ static flx_status_t mr_get(ib_mr_cache_t *cache, void *addr, size_t len, int tra
                  "[%p, +%zu): %s (locked-memory limit %s); its large messages are staged or "
                  "registered one by one (ulimit -l unlimited pins it whole)", addr,
                  (size_t)(end - start), strerror(err), lim);
-        return mr_get(cache, msg_addr, len, transient_ok, entry_p);
+        return mr_get(cache, msg_addr, len, transient_ok, quiet, entry_p);
     }
     if (st != FLX_OK)
         return st;
@@ -343,15 +350,29 @@ static int stage_setup(ib_mr_cache_t *cache)
                  sg->slot_size);
         return -1;
     }
-    if (mr_register(cache, sg->base, (uintptr_t)sg->base, (uintptr_t)sg->base + bytes, 1,
-                    &sg->entry) != FLX_OK) {
+    /* out of locked memory: fewer slots, down to 2, before none */
+    for (int n = sg->nslots;; n /= 2) {
         char lim[64];
-        int err = errno;
+        int err;
 
+        if (mr_register(cache, sg->base, (uintptr_t)sg->base,
+                        (uintptr_t)sg->base + (size_t)n * sg->slot_size, 1, &sg->entry) == FLX_OK) {
+            if (n < sg->nslots) {
+                memlock_limit(lim, sizeof(lim));
+                flx_warn(NET, cache->rank, "ib: %d of %d staging buffers of %zu bytes registered "
+                         "(locked-memory limit %s); more messages are registered per message",
+                         n, sg->nslots, sg->slot_size, lim);
+                sg->nslots = n;
+            }
+            break;
+        }
+        err = errno;
+        if (n > 2 && (err == ENOMEM || err == EAGAIN))
+            continue;
         memlock_limit(lim, sizeof(lim));
         flx_warn(NET, cache->rank, "ib: staging buffers (%zu bytes) cannot be registered: %s "
                  "(locked-memory limit %s); large messages of unregistered buffers are "
-                 "registered per message", bytes, strerror(err), lim);
+                 "registered per message", (size_t)n * sg->slot_size, strerror(err), lim);
         return -1;
     }
     for (int i = 0; i < sg->nslots; i++)
