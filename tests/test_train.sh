@@ -58,6 +58,15 @@ out=$("$top/flx-train" --synthetic --epochs 1 --max-steps 5 --model mlp:16 --pol
 echo "$out" | grep -q "policy topk-ag with momentum correction" || fail "no momentum correction line: $out"
 # selsync skipped some steps and synced others
 grep -q ",selsync,skip," "$tmp/selsync-3.csv" || fail "selsync never skipped a step"
+# ... and syncs when the smoothed norm has moved by delta since the last sync, not only
+# every --interval: while the norm falls early on (before, it tested the change from one
+# step to the next of the smoothed norm, a quarter of the raw change, and synced at
+# none of steps 1-39 here; now at 4, 6, 8, 10, 14, 16, 19, 23 and 29)
+"$top/flxrun" -n 3 --timeout 120 "$top/flx-train" --synthetic --epochs 1 --max-steps 40 \
+    --policy selsync --interval 1000 --seed 1 --log "$tmp/selsync-delta.csv" >/dev/null 2>&1 ||
+    fail "selsync --interval 1000 failed"
+synced=$(awk -F, 'NR > 2 && $6 == "dense-ring"' "$tmp/selsync-delta.csv" | wc -l)
+[ "$synced" -ge 3 ] || fail "selsync synced $synced times in steps 1-39 with a falling norm"
 # the CNN on 4000 Fashion-MNIST images (the synthetic task has no image structure)
 out=$("$top/flxrun" -n 2 --timeout 300 "$top/flx-train" --train-limit 4000 --epochs 2 \
       --model cnn:8,16,64 --batch 32 --seed 3 --check-sync 2>&1) || fail "CNN: $out"

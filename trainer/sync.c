@@ -50,6 +50,7 @@ struct sync {
     flx_ctl_h ctl;
     /* selsync */
     double norm_ema;
+    double norm_ref; /* norm_ema at the last synchronisation (-1: none yet) */
     int since_sync;
     int sync_now;
     /* summary since the last sync_summary */
@@ -198,6 +199,7 @@ flx_status_t sync_create(flx_comm_h comm, nn_t *nn, const sync_opts_t *o, sync_t
     }
     case POL_SELSYNC:
         s->norm_ema = -1;
+        s->norm_ref = -1;
         break;
     default:
         st = FLX_ERR_INVALID_ARG;
@@ -309,7 +311,10 @@ static flx_status_t sync_selsync(sync_t *s, sync_report_t *r)
     v[1] = !isfinite(norm); /* NaN would not compare alike on every rank */
     if (!v[1])
         s->norm_ema = prev < 0 ? norm : (1 - SELSYNC_SMOOTH) * prev + SELSYNC_SMOOTH * norm;
-    v[0] = v[1] ? 0 : prev > 0 ? fabs(s->norm_ema - prev) / prev : INFINITY;
+    /* the change of the smoothed norm since the last synchronisation (from
+     * one step to the next it moves by only SELSYNC_SMOOTH times the raw
+     * change, so a falling norm could never reach delta) */
+    v[0] = v[1] ? 0 : s->norm_ref > 0 ? fabs(s->norm_ema - s->norm_ref) / s->norm_ref : INFINITY;
     r->decide_s = flx_time_now() - t0;
     t0 = flx_time_now();
     if (s->N > 1) /* the largest change decides for everyone */
@@ -323,6 +328,8 @@ static flx_status_t sync_selsync(sync_t *s, sync_report_t *r)
     }
     s->sync_now = st == FLX_OK && s->N > 1 &&
                   (change >= s->o.delta || s->since_sync + 1 >= s->o.interval);
+    if (s->sync_now)
+        s->norm_ref = s->norm_ema;
     r->synced = s->sync_now;
     r->collective = s->sync_now ? "dense-ring" : "skip";
     r->kept = s->sync_now ? 1 : 0;
