@@ -121,7 +121,7 @@ flx_status_t comm_enter(flx_comm_h comm)
     comm_sync_abort(comm);
     if (comm->err != FLX_OK) { /* after an abort: aborted, whatever failed first */
         flx_status_t st = comm_aborted(comm) ? FLX_ERR_ABORTED : comm->err;
-        pthread_mutex_unlock(&comm->exec);
+        comm_exec_unlock(comm);
         return st;
     }
     return FLX_OK;
@@ -150,16 +150,33 @@ void comm_sync_abort(flx_comm_h comm)
         comm_record_error(comm, FLX_ERR_ABORTED);
 }
 
+/* flx_comm_abort raises its flag, then tries the lock; here the lock is
+ * released, then the flag read, each pair ordered by a full fence: either
+ * its try takes the lock or this read sees the flag (one of the threads
+ * that held the lock meanwhile tells the peers).  Telling them twice is
+ * harmless: the first failure sticks. */
+void comm_exec_unlock(flx_comm_h comm)
+{
+    pthread_mutex_unlock(&comm->exec);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (comm_aborted(comm) && pthread_mutex_trylock(&comm->exec) == 0) {
+        comm_sync_abort(comm);
+        pthread_mutex_unlock(&comm->exec);
+    }
+}
+
 /* Any thread, any time: raise the flag that every wait checks, and when no
- * collective runs, fail the transport here (peers hear of it at once). */
+ * collective runs, fail the transport here (peers hear of it at once; when
+ * one runs, its thread does as it releases the execution lock). */
 flx_status_t flx_comm_abort(flx_comm_h comm)
 {
     int none = FLX_OK;
 
     if (!arg_ok(comm != NULL, comm, "flx_comm_abort: comm is NULL"))
         return FLX_ERR_INVALID_ARG;
-    if (__atomic_exchange_n(&comm->aborted, 1, __ATOMIC_ACQ_REL))
+    if (__atomic_exchange_n(&comm->aborted, 1, __ATOMIC_SEQ_CST))
         return FLX_OK; /* already aborted */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* see comm_exec_unlock */
     __atomic_compare_exchange_n(&comm->first_err, &none, (int)FLX_ERR_ABORTED, 0,
                                 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
     flx_warn(COLL, comm->rank, "communicator aborted by the application; pending and later "
@@ -189,7 +206,7 @@ flx_status_t comm_leave(flx_comm_h comm, flx_status_t st)
     /* an abort that came while the collective finished: the peers hear of
      * it now, not at this rank's next call (this call's result stands) */
     comm_sync_abort(comm);
-    pthread_mutex_unlock(&comm->exec);
+    comm_exec_unlock(comm);
     return st;
 }
 

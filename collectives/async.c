@@ -17,6 +17,8 @@
  * request takes the old one's memory.  Few requests are live at a time: a
  * list will do. */
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t live_cond = PTHREAD_COND_INITIALIZER; /* a claim let go */
+enum { CLAIM_NONE, CLAIM_WAIT, CLAIM_TEST };
 static flx_request_t *live_head;
 static uint64_t live_serial; /* the last serial handed out (0: none) */
 
@@ -30,23 +32,30 @@ static void live_unlink(flx_request_t *req) /* live_lock held */
         req->live_next->live_prev = req->live_prev;
 }
 
-/* The live request behind handle, taken for fn; NULL (and one log line) if
- * there is none, or another thread has it. */
-static flx_request_t *live_claim(flx_request_h handle, const char *fn)
+/* The live request behind handle, taken for fn (how: CLAIM_WAIT or
+ * CLAIM_TEST); NULL (and one log line) if there is none, or another thread
+ * waits for it.  A flx_test only looks and lets go at once: its claim is
+ * waited out, and the request may be gone afterwards (that test ended it). */
+static flx_request_t *live_claim(flx_request_h handle, const char *fn, int how)
 {
     const uint64_t serial = (uint64_t)(uintptr_t)handle;
     flx_request_t *r;
     int rank = -1, busy = 0;
 
     pthread_mutex_lock(&live_lock);
-    for (r = live_head; r != NULL && r->serial != serial; r = r->live_next)
-        ;
+    for (;;) {
+        for (r = live_head; r != NULL && r->serial != serial; r = r->live_next)
+            ;
+        if (r == NULL || r->claimed != CLAIM_TEST)
+            break;
+        pthread_cond_wait(&live_cond, &live_lock);
+    }
     if (r != NULL && r->claimed) {
         rank = r->comm->rank;
         busy = 1;
         r = NULL;
     } else if (r != NULL) {
-        r->claimed = 1;
+        r->claimed = how;
     }
     pthread_mutex_unlock(&live_lock);
     if (busy)
@@ -63,6 +72,7 @@ static void live_end(flx_request_t *req)
 {
     pthread_mutex_lock(&live_lock);
     live_unlink(req);
+    pthread_cond_broadcast(&live_cond); /* a claim waiting for this test's */
     pthread_mutex_unlock(&live_lock);
     free(req);
 }
@@ -99,7 +109,7 @@ static void *async_worker(void *arg)
             coll_end(comm);
             comm_sync_abort(comm); /* as comm_leave */
         }
-        pthread_mutex_unlock(&comm->exec);
+        comm_exec_unlock(comm);
 
         pthread_mutex_lock(&comm->lock);
         req->status = st;
@@ -209,14 +219,15 @@ flx_status_t flx_test(flx_request_h handle)
         flx_error(COLL, -1, "flx_test: request is NULL");
         return FLX_ERR_INVALID_ARG;
     }
-    if ((req = live_claim(handle, "flx_test")) == NULL)
+    if ((req = live_claim(handle, "flx_test", CLAIM_TEST)) == NULL)
         return FLX_ERR_INVALID_ARG;
     comm = req->comm;
     pthread_mutex_lock(&comm->lock);
     if (!req->done) {
         pthread_mutex_unlock(&comm->lock);
         pthread_mutex_lock(&live_lock);
-        req->claimed = 0;
+        req->claimed = CLAIM_NONE;
+        pthread_cond_broadcast(&live_cond);
         pthread_mutex_unlock(&live_lock);
         return FLX_INPROGRESS;
     }
@@ -236,7 +247,7 @@ flx_status_t flx_wait(flx_request_h handle)
         flx_error(COLL, -1, "flx_wait: request is NULL");
         return FLX_ERR_INVALID_ARG;
     }
-    if ((req = live_claim(handle, "flx_wait")) == NULL)
+    if ((req = live_claim(handle, "flx_wait", CLAIM_WAIT)) == NULL)
         return FLX_ERR_INVALID_ARG;
     comm = req->comm;
     pthread_mutex_lock(&comm->lock);

@@ -138,6 +138,10 @@ flx_status_t comm_leave(flx_comm_h comm, flx_status_t st);
 void comm_record_error(flx_comm_h comm, flx_status_t st);
 /* after flx_comm_abort: make FLX_ERR_ABORTED the sticky error (exec held) */
 void comm_sync_abort(flx_comm_h comm);
+/* Release the execution lock, then tell the peers of an abort raised while
+ * it was held (flx_comm_abort only tries the lock, so it may have found it
+ * taken). */
+void comm_exec_unlock(flx_comm_h comm);
 flx_status_t comm_run_allreduce(flx_comm_h comm, const void *sendbuf, void *recvbuf,
                                 size_t count, flx_dtype_t dtype, flx_op_t op,
                                 flx_algo_t algo);

@@ -265,7 +265,7 @@ static flx_status_t comm_mem_op(flx_comm_h comm, void *ptr, size_t len, int reg)
     st = reg ? comm->tl->mem_register(comm->tlctx, ptr, len)
              : comm->tl->mem_deregister(comm->tlctx, ptr);
     comm_sync_abort(comm); /* an abort that came meanwhile: the peers hear of it now */
-    pthread_mutex_unlock(&comm->exec);
+    comm_exec_unlock(comm);
     return st;
 }
 

@@ -24,7 +24,7 @@ typedef struct flx_request {
     struct flx_request *next;
     struct flx_request *live_prev, *live_next; /* the live requests (async.c) */
     uint64_t serial;          /* the caller's handle: never reused       */
-    int claimed;              /* a flx_wait or flx_test has it now       */
+    int claimed;              /* a flx_wait or flx_test has it (async.c) */
     struct flx_comm *comm;
     int kind;                 /* COLL_ALLREDUCE or COLL_ALLGATHER */
     const void *sendbuf;

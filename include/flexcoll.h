@@ -142,7 +142,9 @@ typedef struct {
 FLX_API flx_status_t flx_comm_create(const flx_comm_params_t *params,
                                      flx_comm_h *comm_p);
 /* Destroy a communicator; waits for its pending requests and frees those
- * not yet ended by flx_wait / flx_test.  NULL is a no-op. */
+ * not yet ended by flx_wait / flx_test.  NULL is a no-op.  No other thread
+ * may be inside a call on comm, or on one of its requests, meanwhile (as
+ * with ncclCommDestroy): the communicator's memory goes. */
 FLX_API flx_status_t flx_comm_destroy(flx_comm_h comm);
 /*
  * Abort the communicator: local, callable from any thread (not from a
@@ -280,7 +282,9 @@ FLX_API flx_status_t flx_test(flx_request_h req);
  * flx_test that ended it, or after flx_comm_destroy), or on one that
  * another thread is waiting for: FLX_ERR_INVALID_ARG with one log line
  * (handles are serial numbers, never reused: a stale one never reaches a
- * newer request). */
+ * newer request).  A flx_wait beside another thread's flx_test waits for
+ * the test to finish looking, then waits for the request (or, if that test
+ * ended it, is refused as no longer pending). */
 FLX_API flx_status_t flx_wait(flx_request_h req);
 
 /* ---------------------------------------------------------------------- */

@@ -525,7 +525,7 @@ static void proxy_relay(int down, int up, double t0)
  * kept until 3000 later ones were made), from a thread of the proxy */
 typedef struct {
     struct sockaddr_in root;
-    volatile int stop;
+    int stop; /* atomic: read by the steady thread */
 } flood_steady_t;
 
 static void *flood_steady(void *p)
@@ -536,7 +536,7 @@ static void *flood_steady(void *p)
 
     for (int i = 0; i < 3000; i++)
         ring[i] = -1;
-    while (!f->stop) {
+    while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
         (void)connect(fd, (struct sockaddr *)&f->root, sizeof(f->root));
         if (ring[n] >= 0)
@@ -602,7 +602,7 @@ static int raw_flood(int rank, int size, const char *root, void *arg)
             close(down);
             close(up);
         }
-        fs.stop = 1;
+        __atomic_store_n(&fs.stop, 1, __ATOMIC_RELEASE);
         if (fa->steady)
             pthread_join(th, NULL);
         for (int i = 0; i < nflood; i++)
@@ -1334,6 +1334,67 @@ START_TEST(test_bad_args)
 }
 END_TEST
 
+/* One thread polls a request with flx_test while another waits for it: the
+ * wait waits (before, it was refused as "waited for in another thread"
+ * whenever it met a test's brief claim: 53 times in 80 tries), and the
+ * tester, once the wait holds the request, is refused with one line and
+ * stops.  Rank 1 comes 20 ms late, so the request is pending throughout. */
+typedef struct {
+    flx_request_h req;
+    int stop;
+    flx_status_t last;
+} tester_t;
+
+static void *tester(void *arg)
+{
+    tester_t *t = arg;
+
+    do
+        t->last = flx_test(t->req);
+    while (t->last == FLX_INPROGRESS && !__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE));
+    return NULL;
+}
+
+static int body_test_vs_wait(flx_comm_h comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    for (int it = 0; it < 20; it++) {
+        float x[64];
+        tester_t t = {.last = FLX_INPROGRESS};
+        pthread_t th;
+        flx_status_t st;
+
+        for (int i = 0; i < 64; i++)
+            x[i] = (float)(rank + i);
+        if (rank == 1)
+            usleep(20000);
+        if (flx_iallreduce(comm, x, x, 64, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO, &t.req) != FLX_OK)
+            return mp_fail(rank, "iallreduce %d failed", it);
+        if (rank == 0) {
+            pthread_create(&th, NULL, tester, &t);
+            usleep(2000);
+        }
+        st = flx_wait(t.req);
+        if (rank == 0) {
+            __atomic_store_n(&t.stop, 1, __ATOMIC_RELEASE);
+            pthread_join(th, NULL);
+        }
+        if (st != FLX_OK)
+            return mp_fail(rank, "try %d: flx_wait with a tester beside it: %s (tester: %s)", it,
+                           flx_status_name(st), flx_status_name(t.last));
+        for (int i = 0; i < 64; i++)
+            if (x[i] != (float)(size * (size - 1) / 2 + size * i))
+                return mp_fail(rank, "try %d: element %d is %g", it, i, x[i]);
+    }
+    return 0;
+}
+
+START_TEST(test_test_vs_wait)
+{
+    ck_assert_int_eq(mp_run(2, body_test_vs_wait, NULL, 60, NULL), 0);
+}
+END_TEST
+
 /* A request the caller never ended is freed by flx_comm_destroy; waiting
  * for it afterwards is refused with one line (before: a read of the freed
  * communicator; the sanitizer build would report it). */
@@ -1437,6 +1498,7 @@ int main(void)
     tcase_add_loop_test(tc, test_fd_limit, 0, 6);
     tcase_add_test(tc, test_bad_args);
     tcase_add_test(tc, test_request_after_destroy);
+    tcase_add_test(tc, test_test_vs_wait);
     tcase_add_test(tc, test_bad_env);
     suite_add_tcase(s, tc);
     tc = tcase_create("nomem");

@@ -12,6 +12,7 @@
 #include "transport/tcp/tcp.h"
 
 #include <check.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -677,8 +678,40 @@ static void *abort_at(void *arg)
     return NULL;
 }
 
+/* The execution lock's release, held back while armed (case 2 below) until
+ * another thread's flx_comm_abort has come and gone: the abort then finds
+ * the lock taken after the call last looked at the flag.  Interposed on
+ * libc's for this program; every other unlock passes straight through. */
+static pthread_mutex_t *volatile held_lock;
+static int held_armed, held_reached, held_abort_done;
+
+int pthread_mutex_unlock(pthread_mutex_t *m)
+{
+    static int (*real)(pthread_mutex_t *);
+
+    if (real == NULL)
+        real = (int (*)(pthread_mutex_t *))dlsym(RTLD_NEXT, "pthread_mutex_unlock");
+    if (m == held_lock && __atomic_exchange_n(&held_armed, 0, __ATOMIC_SEQ_CST)) {
+        __atomic_store_n(&held_reached, 1, __ATOMIC_SEQ_CST);
+        while (!__atomic_load_n(&held_abort_done, __ATOMIC_SEQ_CST))
+            usleep(1000);
+    }
+    return real(m);
+}
+
+static void *abort_in_unlock(void *arg)
+{
+    while (!__atomic_load_n(&held_reached, __ATOMIC_SEQ_CST))
+        usleep(1000);
+    flx_comm_abort((flx_comm_h)arg);
+    __atomic_store_n(&held_abort_done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
 /* Rank 0 aborts at 130 ms while its barrier (case 0) or non-blocking
- * allreduce (case 1) waits for rank 1, which comes at 170 ms: the call may
+ * allreduce (case 1) waits for rank 1, which comes at 170 ms, or (case 2)
+ * while its barrier, complete, still holds the execution lock (before, the
+ * abort only tried the lock and nobody told the peers): the call may
  * complete (its last message arrives before the abort is seen) or fail, and
  * then rank 0 computes for 3 s without a call.  Rank 1's next call must
  * fail at once (the peers hear of the abort when the call ends), not when
@@ -702,8 +735,14 @@ static int raw_abort_late(int rank, int size, const char *root, void *arg)
     t0 = flx_time_now();
     if (rank == 0) {
         la = (late_abort_t){.comm = comm, .at = t0 + 0.13};
-        pthread_create(&th, NULL, abort_at, &la);
-        if (mode == 0)
+        if (mode == 2) {
+            held_lock = &comm->exec;
+            __atomic_store_n(&held_armed, 1, __ATOMIC_SEQ_CST);
+            pthread_create(&th, NULL, abort_in_unlock, comm);
+        } else {
+            pthread_create(&th, NULL, abort_at, &la);
+        }
+        if (mode != 1)
             st = flx_barrier(comm);
         else if ((st = flx_iallreduce(comm, x, x, 4, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING,
                                       &req)) == FLX_OK)
@@ -715,8 +754,9 @@ static int raw_abort_late(int rank, int size, const char *root, void *arg)
         flx_comm_destroy(comm);
         return 0;
     }
-    usleep(170000);
-    st = mode == 0 ? flx_barrier(comm)
+    if (mode != 2)
+        usleep(170000);
+    st = mode != 1 ? flx_barrier(comm)
                    : flx_allreduce(comm, x, x, 4, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING);
     if (st != FLX_OK && st != FLX_ERR_PEER_LOST)
         return mp_fail(rank, "the call that met the abort returned %s", flx_status_name(st));
@@ -852,7 +892,7 @@ int main(void)
 
     tcase_add_test(fault_case(s, "abort_single"), test_abort_single_rank);
     tcase_add_loop_test(fault_case(s, "abort"), test_abort, 0, 4);
-    tcase_add_loop_test(fault_case(s, "abort_late"), test_abort_late, 0, 2);
+    tcase_add_loop_test(fault_case(s, "abort_late"), test_abort_late, 0, 3);
     tcase_add_test(fault_case(s, "cut_message"), test_cut_message);
     tcase_add_test(fault_case(s, "abort_after_failure"), test_abort_after_failure);
     tcase_add_test(fault_case(s, "async_error"), test_async_error);
