@@ -98,7 +98,7 @@ static flx_status_t comm_resolve_rank(const flx_comm_params_t *params,
 }
 
 static const char *comm_resolve_secret(const flx_comm_params_t *params,
-                                       const flx_config_t *cfg, int rank)
+                                       const flx_config_t *cfg, int rank, char *buf, size_t len)
 {
     static const char *const job_vars[] = {"OMPI_MCA_ess_base_jobid", "SLURM_JOB_ID",
                                            "PMI_JOBID", "PMIX_NAMESPACE"};
@@ -108,11 +108,19 @@ static const char *comm_resolve_secret(const flx_comm_params_t *params,
     if (cfg->job_secret[0])
         return cfg->job_secret;
     for (size_t i = 0; i < FLX_ARRAY_SIZE(job_vars); i++) {
-        const char *v = getenv(job_vars[i]);
+        const char *v = getenv(job_vars[i]), *step = getenv("SLURM_STEP_ID");
         if (v && *v) {
             if (rank == 0)
                 flx_warn(INIT, rank, "FLX_JOB_SECRET is not set: using the launcher's job id "
-                         "(%s) as the secret, which anyone on the hosts can read", job_vars[i]);
+                         "(%s%s) as the secret, which anyone on the hosts can read", job_vars[i],
+                         strcmp(job_vars[i], "SLURM_JOB_ID") == 0 && step && *step
+                             ? " and SLURM_STEP_ID" : "");
+            /* the steps of one Slurm allocation share the job id: two run
+             * at once on a node would join each other's jobs */
+            if (strcmp(job_vars[i], "SLURM_JOB_ID") == 0 && step && *step) {
+                snprintf(buf, len, "slurm %s.%s", v, step);
+                return buf;
+            }
             return v;
         }
     }
@@ -149,6 +157,7 @@ static flx_status_t comm_pick_net(flx_comm_h comm, const flx_comm_params_t *para
 flx_status_t flx_comm_create(const flx_comm_params_t *params, flx_comm_h *comm_p)
 {
     const char *root, *secret;
+    char step_secret[160];
     flx_comm_h comm;
     flx_status_t st;
 
@@ -168,7 +177,8 @@ flx_status_t flx_comm_create(const flx_comm_params_t *params, flx_comm_h *comm_p
     root = params && (params->field_mask & FLX_COMM_PARAM_ROOT) && params->root
                ? params->root
                : comm->cfg.root;
-    secret = comm_resolve_secret(params, &comm->cfg, comm->rank);
+    secret = comm_resolve_secret(params, &comm->cfg, comm->rank, step_secret,
+                                 sizeof(step_secret));
     if (secret == NULL && comm->size > 1) {
         flx_error(INIT, comm->rank, "no job secret: set FLX_JOB_SECRET to the same value on "
                   "every rank (flxrun sets a fresh one)");

@@ -386,7 +386,10 @@ flx_status_t flx_config_set(flx_config_t *cfg, const char *name, const char *val
         return FLX_ERR_INVALID_ARG;
     }
     if (field_parse(f, cfg, value) != 0) {
-        if (f->kind == CFG_SIZE && f->max > 0)
+        if (f->offset == OFF(job_secret)) /* never print the secret itself */
+            flx_error(INIT, -1, "FLX_%s (%zu characters, not shown) is too long: at most %zu",
+                      name, strlen(value), sizeof(cfg->job_secret) - 1);
+        else if (f->kind == CFG_SIZE && f->max > 0)
             flx_error(INIT, -1, "FLX_%s='%s' is malformed: expected %s, at most %ld bytes", name,
                       value, kind_expect(f), f->max);
         else

@@ -15,7 +15,7 @@ typedef struct {
     int rank;                   /* FLX_RANK, -1 = unset */
     int size;                   /* FLX_SIZE, -1 = unset */
     char root[256];             /* FLX_ROOT host:port */
-    char job_secret[256];       /* FLX_JOB_SECRET */
+    char job_secret[1024];      /* FLX_JOB_SECRET */
     char socket_ifname[64];     /* FLX_SOCKET_IFNAME */
     int net;                    /* FLX_NET: 0 auto, 1 tcp, 2 ib */
     int algo;                   /* FLX_ALGO, flx_algo_t */

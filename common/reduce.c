@@ -3,12 +3,49 @@
  * bandwidth against memcpy). */
 #include "common/dtype.h"
 
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define OP_SUM(a, b) ((a) + (b))
 #define OP_PROD(a, b) ((a) * (b))
 #define OP_MIN(a, b) ((b) < (a) ? (b) : (a))
 #define OP_MAX(a, b) ((b) > (a) ? (b) : (a))
+
+/* Floating min and max give the same bits whatever the operands' order
+ * (an algorithm combines them in different orders on different ranks, in
+ * place and out of place): NaN if either is NaN (one quiet NaN, whatever
+ * the payloads), -0 below +0.  Equal values differ only as -0 / +0: OR of
+ * the bits is the min, AND the max. */
+#define DEFINE_FMINMAX(T, UT, QNAN, fmin_name, fmax_name)                  \
+    static inline T fmin_name(T a, T b)                                     \
+    {                                                                       \
+        UT x, y, r;                                                         \
+        memcpy(&x, &a, sizeof(x));                                          \
+        memcpy(&y, &b, sizeof(y));                                          \
+        UT lt = (UT)0 - (UT)(a < b), gt = (UT)0 - (UT)(b < a);               \
+        UT eq = (UT)0 - (UT)(a == b);                                       \
+        r = (x & lt) | (y & gt) | ((x | y) & eq) | ((UT)(QNAN) & ~(lt | gt | eq)); \
+        memcpy(&a, &r, sizeof(a));                                          \
+        return a;                                                           \
+    }                                                                       \
+    static inline T fmax_name(T a, T b)                                     \
+    {                                                                       \
+        UT x, y, r;                                                         \
+        memcpy(&x, &a, sizeof(x));                                          \
+        memcpy(&y, &b, sizeof(y));                                          \
+        UT gt = (UT)0 - (UT)(a > b), lt = (UT)0 - (UT)(b > a);             \
+        UT eq = (UT)0 - (UT)(a == b);                                       \
+        r = (x & gt) | (y & lt) | ((x & y) & eq) | ((UT)(QNAN) & ~(lt | gt | eq)); \
+        memcpy(&a, &r, sizeof(a));                                          \
+        return a;                                                           \
+    }
+DEFINE_FMINMAX(float, uint32_t, 0x7fc00000u, fmin_sym, fmax_sym)
+DEFINE_FMINMAX(double, uint64_t, 0x7ff8000000000000ull, dmin_sym, dmax_sym)
+#define OP_FMIN(a, b) fmin_sym(a, b)
+#define OP_FMAX(a, b) fmax_sym(a, b)
+#define OP_DMIN(a, b) dmin_sym(a, b)
+#define OP_DMAX(a, b) dmax_sym(a, b)
 
 #define DEFINE_KERNEL(name, T, OP)                                          \
     static void name(T *restrict io, const T *restrict in, size_t n)        \
@@ -34,11 +71,11 @@
             io[i] = FROMF(OP(TOF(io[i]), TOF(in[i])));                      \
     }
 
-#define DEFINE_FAMILY(prefix, T)                                            \
+#define DEFINE_FAMILY(prefix, T, MIN, MAX)                                  \
     DEFINE_KERNEL(prefix##_sum, T, OP_SUM)                                  \
     DEFINE_KERNEL(prefix##_prod, T, OP_PROD)                                \
-    DEFINE_KERNEL(prefix##_min, T, OP_MIN)                                  \
-    DEFINE_KERNEL(prefix##_max, T, OP_MAX)
+    DEFINE_KERNEL(prefix##_min, T, MIN)                                     \
+    DEFINE_KERNEL(prefix##_max, T, MAX)
 
 #define DEFINE_INT_FAMILY(prefix, T, UT)                                    \
     DEFINE_INT_KERNEL(prefix##_sum, T, UT, OP_SUM)                          \
@@ -49,11 +86,11 @@
 #define DEFINE_HALF_FAMILY(prefix, TOF, FROMF)                              \
     DEFINE_HALF_KERNEL(prefix##_sum, TOF, FROMF, OP_SUM)                    \
     DEFINE_HALF_KERNEL(prefix##_prod, TOF, FROMF, OP_PROD)                  \
-    DEFINE_HALF_KERNEL(prefix##_min, TOF, FROMF, OP_MIN)                    \
-    DEFINE_HALF_KERNEL(prefix##_max, TOF, FROMF, OP_MAX)
+    DEFINE_HALF_KERNEL(prefix##_min, TOF, FROMF, OP_FMIN)                   \
+    DEFINE_HALF_KERNEL(prefix##_max, TOF, FROMF, OP_FMAX)
 
-DEFINE_FAMILY(k_f32, float)
-DEFINE_FAMILY(k_f64, double)
+DEFINE_FAMILY(k_f32, float, OP_FMIN, OP_FMAX)
+DEFINE_FAMILY(k_f64, double, OP_DMIN, OP_DMAX)
 DEFINE_INT_FAMILY(k_i32, int32_t, uint32_t)
 DEFINE_INT_FAMILY(k_i64, int64_t, uint64_t)
 DEFINE_HALF_FAMILY(k_f16, flx_half_to_float, flx_float_to_half)
@@ -62,8 +99,8 @@ DEFINE_HALF_FAMILY(k_bf16, flx_bf16_to_float, flx_float_to_bf16)
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 /* float16 with the F16C conversion instructions, 8 lanes at a time; the
- * scalar tail uses the same rounding (to nearest even).  Operand order
- * matches OP_MIN / OP_MAX exactly, NaN included. */
+ * scalar tail uses the same rounding (to nearest even).  Sum and product
+ * only: min and max take the scalar kernels (their NaN and -0 rules). */
 #define DEFINE_F16C_KERNEL(name, VOP, SOP)                                   \
     __attribute__((target("avx,f16c"))) static void name(                    \
         uint16_t *restrict io, const uint16_t *restrict in, size_t n)        \
@@ -81,8 +118,8 @@ DEFINE_HALF_FAMILY(k_bf16, flx_bf16_to_float, flx_float_to_bf16)
     }
 DEFINE_F16C_KERNEL(k_f16c_sum, _mm256_add_ps(a, b), OP_SUM)
 DEFINE_F16C_KERNEL(k_f16c_prod, _mm256_mul_ps(a, b), OP_PROD)
-DEFINE_F16C_KERNEL(k_f16c_min, _mm256_min_ps(b, a), OP_MIN)
-DEFINE_F16C_KERNEL(k_f16c_max, _mm256_max_ps(b, a), OP_MAX)
+#define k_f16c_min k_f16_min
+#define k_f16c_max k_f16_max
 #define HAVE_F16C_KERNELS 1
 #endif
 

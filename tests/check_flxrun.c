@@ -584,6 +584,29 @@ START_TEST(test_sigterm_forwarded)
 }
 END_TEST
 
+/* SIGUSR1 and SIGUSR2 reach the ranks and end nothing by themselves (a
+ * checkpoint request: flxrun died of SIGUSR1, exit 138, before); here the
+ * ranks save and exit 0 at the second. */
+START_TEST(test_usr_signals_forwarded)
+{
+    static const char *const args[] = {
+        "-n", "2", "sh", "-c",
+        "trap 'echo got USR1' USR1; trap 'echo got USR2; exit 0' USR2; echo ready; "
+        "while :; do sleep 0.05; done", NULL};
+    static const run_step_t steps[] = {
+        {"ready", 2, SIGUSR1}, {"got USR1", 2, SIGUSR2}, {NULL, 0, 0}};
+    const run_spec_t spec = {.args = args, .steps = steps};
+    run_result_t r;
+
+    run_flxrun(&spec, &r);
+    ck_assert_msg(r.code == 0, "exit %d, stdout:\n%s\nstderr:\n%s", r.code, r.out, r.err);
+    ck_assert_msg(r.elapsed_s < 5.0, "took %.1f s", r.elapsed_s);
+    ck_assert_int_eq(count_lines(r.out, "[0] got USR2"), 1);
+    ck_assert_int_eq(count_lines(r.out, "[1] got USR2"), 1);
+    run_result_free(&r);
+}
+END_TEST
+
 /* Ranks that just die from the forwarded signal: 128+signo. */
 START_TEST(test_signal_kills_plain_ranks)
 {
@@ -876,6 +899,7 @@ static Suite *flxrun_suite(void)
     tcase_add_test(tc_sig, test_sigterm_forwarded);
     tcase_add_test(tc_sig, test_signal_kills_plain_ranks);
     tcase_add_test(tc_sig, test_second_sigint_kills);
+    tcase_add_test(tc_sig, test_usr_signals_forwarded);
     tcase_add_test(tc_sig, test_stuck_reader);
     tcase_add_test(tc_sig, test_success_leftover_holds_pipe);
     tcase_add_test(tc_sig, test_flxrun_killed);

@@ -478,6 +478,72 @@ START_TEST(test_min_max_hand)
 }
 END_TEST
 
+/* Min and max of every pair of special values, both operand orders, every
+ * floating type: the same bits either way (an algorithm combines operands
+ * in different orders on different ranks: MAX(NaN, 1) was 1 on one rank
+ * and NaN on the other, MIN(-0, +0) -0 on one and +0 on the other), NaN
+ * when either is NaN, -0 below +0. */
+START_TEST(test_min_max_symmetric)
+{
+    uint32_t nan2 = 0x7fc01234u, nneg = 0xffc00001u;
+    float vals[8] = {1.0f, -0.0f, 0.0f, NAN, INFINITY, -INFINITY, -1.0f, 0};
+    float n2, nn;
+
+    memcpy(&n2, &nan2, 4);
+    memcpy(&nn, &nneg, 4);
+    vals[7] = n2;
+    for (int dt = 0; dt < 4; dt++) { /* float, double, half, bfloat16 */
+        for (int op = FLX_MIN; op <= FLX_MAX; op++) {
+            for (int i = 0; i < 8; i++) {
+                for (int j = 0; j < 9; j++) {
+                    float x = vals[i], y = j == 8 ? nn : vals[j];
+                    unsigned char ab[8] = {0}, ba[8] = {0}, bx[8] = {0}, by[8] = {0};
+                    size_t w = flx_dtype_size((flx_dtype_t)dt);
+                    double r;
+                    int nan_in = isnan(x) || isnan(y);
+
+                    if (dt == FLX_FLOAT32) {
+                        memcpy(bx, &x, 4);
+                        memcpy(by, &y, 4);
+                    } else if (dt == FLX_FLOAT64) {
+                        double dx = x, dy = y;
+                        memcpy(bx, &dx, 8);
+                        memcpy(by, &dy, 8);
+                    } else {
+                        uint16_t hx = dt == FLX_FLOAT16 ? flx_float_to_half(x) : flx_float_to_bf16(x);
+                        uint16_t hy = dt == FLX_FLOAT16 ? flx_float_to_half(y) : flx_float_to_bf16(y);
+                        memcpy(bx, &hx, 2);
+                        memcpy(by, &hy, 2);
+                    }
+                    memcpy(ab, bx, w);
+                    memcpy(ba, by, w);
+                    flx_reduce(ab, by, 1, (flx_dtype_t)dt, (flx_op_t)op);
+                    flx_reduce(ba, bx, 1, (flx_dtype_t)dt, (flx_op_t)op);
+                    ck_assert_msg(memcmp(ab, ba, w) == 0, "dtype %d op %d: %g with %g differs by "
+                                  "order", dt, op, (double)x, (double)y);
+                    if (dt == FLX_FLOAT32) {
+                        float f;
+                        memcpy(&f, ab, 4);
+                        r = f;
+                    } else if (dt == FLX_FLOAT64) {
+                        memcpy(&r, ab, 8);
+                    } else {
+                        uint16_t h;
+                        memcpy(&h, ab, 2);
+                        r = dt == FLX_FLOAT16 ? flx_half_to_float(h) : flx_bf16_to_float(h);
+                    }
+                    ck_assert_msg(!nan_in == !isnan(r), "dtype %d op %d: %g with %g gave %g", dt,
+                                  op, (double)x, (double)y, r);
+                    if (x == 0 && y == 0 && signbit(x) != signbit(y))
+                        ck_assert_msg(!signbit(r) == (op == FLX_MAX), "dtype %d op %d: -0 with "
+                                      "+0 gave %g", dt, op, r);
+                }
+            }
+        }
+    }
+}
+END_TEST
+
 /* ---------------------------------------------------------------------- */
 /* conversions                                                             */
 /* ---------------------------------------------------------------------- */
@@ -728,6 +794,7 @@ static Suite *reduce_suite(void)
     tcase_add_test(tk, test_finish_noop_and_int_division);
     tcase_add_test(tk, test_int_wrap);
     tcase_add_test(tk, test_min_max_hand);
+    tcase_add_test(tk, test_min_max_symmetric);
     suite_add_tcase(s, tk);
 
     tcase_set_timeout(tc, 60);

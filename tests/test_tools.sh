@@ -142,6 +142,38 @@ out=$(FLX_RANK=0 FLX_SIZE=2 FLX_ROOT=127.0.0.1:$((20000 + $$ % 12000)) FLX_JOB_S
 [ $(($(date +%s) - t0)) -lt 10 ] || fail "a missing FLX_SOCKET_IFNAME took $(($(date +%s) - t0)) s"
 echo "$out" | grep -q "FLX_SOCKET_IFNAME=no-such-if0: no such interface" ||
     fail "the missing interface is not named: $out"
+# a job secret too long is refused without printing it (the 256-byte limit printed a
+# 300-character secret whole on every rank); 300 characters now fit
+long=$(head -c 600 /dev/zero | tr '\0' 'k')
+FLX_JOB_SECRET=$long "$top/flx-info" -c >/dev/null 2>&1 || fail "a 600-character secret refused"
+long=$long$long
+out=$(FLX_JOB_SECRET=$long "$top/flx-info" -c 2>&1) && fail "a 1200-character secret accepted"
+echo "$out" | grep -q "kkkkkkkk" && fail "the secret was printed: $out"
+echo "$out" | grep -q "FLX_JOB_SECRET (1200 characters, not shown) is too long: at most 1023" ||
+    fail "no line for the long secret: $out"
+# two steps of one Slurm allocation at once, sharing the root address and no FLX_JOB_SECRET:
+# each step's ranks must not join the other step's job (the job id alone was the secret, and
+# all four ranks formed two mixed jobs and exit 0); step 0 completes, step 1's early rank 1
+# is refused by step 0's root
+slurm_ex() { # STEP RANK
+    env -u FLX_RANK -u FLX_SIZE -u FLX_JOB_SECRET -u OMPI_COMM_WORLD_RANK -u PMI_RANK \
+        SLURM_JOB_ID=4242 SLURM_STEP_ID=$1 SLURM_PROCID=$2 SLURM_NTASKS=2 \
+        FLX_ROOT=127.0.0.1:$((20001 + $$ % 12000)) FLX_CONNECT_TIMEOUT=3s \
+        timeout 30 "$top/flx-example" >"$tmp_slurm/$1.$2" 2>&1
+}
+tmp_slurm=$(mktemp -d)
+slurm_ex 0 0 & p00=$!
+sleep 0.3
+slurm_ex 1 1 & p11=$!
+sleep 0.5
+slurm_ex 0 1 & p01=$!
+slurm_ex 1 0 & p10=$!
+wait $p00; r00=$?; wait $p01; r01=$?; wait $p11; r11=$?; wait $p10; r10=$?
+out=$(cat "$tmp_slurm"/*); rm -rf "$tmp_slurm"
+[ "$r00" -eq 0 ] && [ "$r01" -eq 0 ] || fail "Slurm step 0 failed ($r00 $r01): $out"
+[ "$r11" -ne 0 ] && [ "$r10" -ne 0 ] || fail "Slurm step 1 joined step 0's job ($r11 $r10): $out"
+[ "$(echo "$out" | grep -c 'sum = 3 (expected 3)')" -eq 2 ] || fail "Slurm steps: $out"
+echo "$out" | grep -q "failed authentication" || fail "Slurm step 1's rank 1 not refused: $out"
 mem_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)   # buffers twice the host's memory
 out=$("$top/flxrun" -n 1 "$top/flx-allreduce-perf" -b 8 -e $((mem_kib * 2048)) 2>&1); rc=$?
 [ "$rc" -eq 2 ] || fail "flx-allreduce-perf -e beyond memory: exit $rc: $out"

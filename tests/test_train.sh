@@ -67,6 +67,14 @@ grep -q ",selsync,skip," "$tmp/selsync-3.csv" || fail "selsync never skipped a s
     fail "selsync --interval 1000 failed"
 synced=$(awk -F, 'NR > 2 && $6 == "dense-ring"' "$tmp/selsync-delta.csv" | wc -l)
 [ "$synced" -ge 3 ] || fail "selsync synced $synced times in steps 1-39 with a falling norm"
+# ranks given different --seed or --lr stop at once with one line naming it (they trained to
+# the end with different weights, exit 0)
+for opt in "--seed \$((FLX_RANK + 1))" "--lr 0.0\$((FLX_RANK + 1))"; do
+    out=$("$top/flxrun" -n 2 --timeout 60 sh -c "exec '$top/flx-train' --synthetic --epochs 1 \
+          --max-steps 5 --model mlp:16 $opt" 2>&1) && fail "ranks with different ${opt%% *} trained: $out"
+    echo "$out" | grep -q "the ranks were given different ${opt%% *} (every rank" ||
+        fail "no line for different ${opt%% *}: $out"
+done
 # the CNN on 4000 Fashion-MNIST images (the synthetic task has no image structure)
 out=$("$top/flxrun" -n 2 --timeout 300 "$top/flx-train" --train-limit 4000 --epochs 2 \
       --model cnn:8,16,64 --batch 32 --seed 3 --check-sync 2>&1) || fail "CNN: $out"

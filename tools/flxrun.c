@@ -16,7 +16,8 @@
  *    end (their status is peeked with WNOWAIT), so their pids -- and so their
  *    group ids -- cannot be reused while flxrun may still signal them.
  *  - SIGINT, SIGTERM and SIGHUP are forwarded (same signal) to every rank's
- *    group; a second one sends SIGKILL.
+ *    group; a second one sends SIGKILL.  SIGUSR1 and SIGUSR2 are forwarded
+ *    and change nothing else (Slurm's --signal=USR1@T asks for a checkpoint).
  *  - The first rank that exits non-zero or dies by a signal stops the job:
  *    SIGTERM to every group, SIGKILL after FLXRUN_KILL_GRACE_S seconds.
  *  - --timeout S stops the job the same way after S seconds and exits 124.
@@ -75,7 +76,7 @@
  * has no other way to reach the poll loop. */
 static int flxrun_sig_wfd = -1;
 
-static const int flxrun_fwd_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+static const int flxrun_fwd_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
 typedef struct {
     long nranks;
@@ -838,6 +839,10 @@ static void flxrun_stream_read(flxrun_job_t *job, flxrun_stream_t *s, struct pol
 
 static void flxrun_job_on_signal(flxrun_job_t *job, int signo)
 {
+    if (signo == SIGUSR1 || signo == SIGUSR2) { /* for the ranks (a checkpoint, say) */
+        flxrun_job_signal(job, signo);
+        return;
+    }
     job->nsignals++;
     if (job->nsignals == 1) {
         job->interrupt_signo = signo;

@@ -397,6 +397,87 @@ typedef struct {
     double bytes_total;
 } run_t;
 
+static int64_t bits_of(double x)
+{
+    int64_t b;
+
+    memcpy(&b, &x, sizeof(b));
+    return b;
+}
+
+static int64_t hash_of(const char *s) /* FNV-1a, 63 bits */
+{
+    uint64_t h = 1469598103934665603ull;
+
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return (int64_t)(h >> 1);
+}
+
+/* Every rank must train the same model the same way: a rank with another
+ * --seed starts from other weights, another --lr or policy steps apart,
+ * and the run would end "successfully" with the ranks' models differing.
+ * One allreduce of each value and its negation names the first that
+ * differs.  0: go on; -1: every rank stops. */
+static int agree_options(run_t *r)
+{
+    const train_opts_t *o = &r->o;
+    const sync_opts_t *so = &o->sync;
+    const struct {
+        const char *name;
+        int64_t v;
+    } f[] = {
+        {"--seed", (int64_t)o->seed},
+        {"--model", hash_of(o->model)},
+        {"--synthetic", o->synthetic},
+        {"--epochs", o->epochs},
+        {"--batch", (int64_t)o->batch},
+        {"--lr", bits_of(o->lr)},
+        {"--lr-schedule", o->lr_schedule},
+        {"--momentum", bits_of(o->momentum)},
+        {"--weight-decay", bits_of(o->weight_decay)},
+        {"--max-steps", o->max_steps},
+        {"--train-limit", (int64_t)o->train_limit},
+        {"--eval-every", o->eval_every},
+        {"--time-limit", bits_of(o->time_limit)},
+        {"--check-sync", o->check_sync},
+        {"--momentum-correction", o->momentum_correction},
+        {"--policy", so->policy},
+        {"--algo", so->algo},
+        {"--bucket", (int64_t)so->bucket_bytes},
+        {"--kept", bits_of(so->kept)},
+        {"--psgd-rank", so->psgd_rank},
+        {"--leader", so->leader},
+        {"--weight", bits_of(so->weight)},
+        {"--eta", bits_of(so->eta)},
+        {"--interval", so->interval},
+        {"--delta", bits_of(so->delta)},
+        {"--min-gain", bits_of(so->min_gain)},
+    };
+    enum { NF = sizeof(f) / sizeof(f[0]) };
+    int64_t v[2 * NF];
+    flx_status_t st;
+
+    for (int i = 0; i < NF; i++) {
+        v[i] = f[i].v;
+        v[NF + i] = f[i].v == INT64_MIN ? INT64_MAX : -f[i].v;
+    }
+    st = flx_allreduce(r->comm, v, v, 2 * NF, FLX_INT64, FLX_MAX, FLX_ALGO_AUTO);
+    if (st != FLX_OK) {
+        fprintf(stderr, "flx-train: rank %d: cannot agree on the options: %s\n", r->rank,
+                flx_status_string(st));
+        return -1;
+    }
+    for (int i = 0; i < NF; i++)
+        if (v[i] != f[i].v || v[NF + i] != (f[i].v == INT64_MIN ? INT64_MAX : -f[i].v)) {
+            if (r->rank == 0)
+                fprintf(stderr, "flx-train: the ranks were given different %s (every rank "
+                        "must train the same model the same way)\n", f[i].name);
+            return -1;
+        }
+    return 0;
+}
+
 /* Every rank loaded its own copy of the data: they must agree on whether
  * it loaded and on its shape, or they would take different numbers of
  * steps and call different collectives.  0: go on; -1: every rank stops
@@ -629,6 +710,8 @@ int main(int argc, char **argv)
     }
     r.rank = flx_comm_rank(r.comm);
     r.size = flx_comm_size(r.comm);
+    if (agree_options(&r) != 0)
+        goto out;
     if (r.rank == 0 && r.o.unused[0])
         fprintf(stderr, "flx-train: warning: --policy %s ignores %s\n",
                 policy_name(r.o.sync.policy), r.o.unused);
