@@ -165,6 +165,18 @@ void comm_exec_unlock(flx_comm_h comm)
     }
 }
 
+flx_status_t coll_agree_range(flx_comm_h comm, int64_t *v, size_t n)
+{
+    flx_status_t st;
+
+    for (size_t i = 0; i < n; i++)
+        v[n + i] = ~v[i];
+    st = flx_allreduce(comm, v, v, 2 * n, FLX_INT64, FLX_MAX, FLX_ALGO_AUTO);
+    for (size_t i = 0; st == FLX_OK && i < n; i++)
+        v[n + i] = ~v[n + i];
+    return st;
+}
+
 /* Any thread, any time: raise the flag that every wait checks, and when no
  * collective runs, fail the transport here (peers hear of it at once; when
  * one runs, its thread does as it releases the execution lock). */

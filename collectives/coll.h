@@ -142,6 +142,11 @@ void comm_sync_abort(flx_comm_h comm);
  * it was held (flx_comm_abort only tries the lock, so it may have found it
  * taken). */
 void comm_exec_unlock(flx_comm_h comm);
+/* Collective: the range of n values across the ranks, in one allreduce of
+ * each value and its complement (the maximum of ~x is ~ the minimum).  v
+ * holds 2n: on entry v[0, n) this rank's values; on FLX_OK v[i] is the
+ * largest and v[n + i] the smallest of value i. */
+flx_status_t coll_agree_range(flx_comm_h comm, int64_t *v, size_t n);
 flx_status_t comm_run_allreduce(flx_comm_h comm, const void *sendbuf, void *recvbuf,
                                 size_t count, flx_dtype_t dtype, flx_op_t op,
                                 flx_algo_t algo);

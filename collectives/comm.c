@@ -109,19 +109,19 @@ static const char *comm_resolve_secret(const flx_comm_params_t *params,
         return cfg->job_secret;
     for (size_t i = 0; i < FLX_ARRAY_SIZE(job_vars); i++) {
         const char *v = getenv(job_vars[i]), *step = getenv("SLURM_STEP_ID");
+        /* the steps of one Slurm allocation share the job id: two run at
+         * once on a node would join each other's jobs */
+        int with_step = strcmp(job_vars[i], "SLURM_JOB_ID") == 0 && step && *step;
+
         if (v && *v) {
             if (rank == 0)
                 flx_warn(INIT, rank, "FLX_JOB_SECRET is not set: using the launcher's job id "
                          "(%s%s) as the secret, which anyone on the hosts can read", job_vars[i],
-                         strcmp(job_vars[i], "SLURM_JOB_ID") == 0 && step && *step
-                             ? " and SLURM_STEP_ID" : "");
-            /* the steps of one Slurm allocation share the job id: two run
-             * at once on a node would join each other's jobs */
-            if (strcmp(job_vars[i], "SLURM_JOB_ID") == 0 && step && *step) {
-                snprintf(buf, len, "slurm %s.%s", v, step);
-                return buf;
-            }
-            return v;
+                         with_step ? " and SLURM_STEP_ID" : "");
+            if (!with_step)
+                return v;
+            snprintf(buf, len, "slurm %s.%s", v, step);
+            return buf;
         }
     }
     return NULL;

@@ -118,8 +118,6 @@ DEFINE_HALF_FAMILY(k_bf16, flx_bf16_to_float, flx_float_to_bf16)
     }
 DEFINE_F16C_KERNEL(k_f16c_sum, _mm256_add_ps(a, b), OP_SUM)
 DEFINE_F16C_KERNEL(k_f16c_prod, _mm256_mul_ps(a, b), OP_PROD)
-#define k_f16c_min k_f16_min
-#define k_f16c_max k_f16_max
 #define HAVE_F16C_KERNELS 1
 #endif
 
@@ -136,7 +134,9 @@ static const reduce_fn_t reduce_table[FLX_DTYPE_COUNT][FLX_OP_COUNT] = {
 };
 
 #ifdef HAVE_F16C_KERNELS
-static const reduce_fn_t reduce_f16c_row[FLX_OP_COUNT] = ROW(k_f16c);
+static const reduce_fn_t reduce_f16c_row[FLX_OP_COUNT] = {
+    (reduce_fn_t)k_f16c_sum, (reduce_fn_t)k_f16c_prod, (reduce_fn_t)k_f16_min,
+    (reduce_fn_t)k_f16_max, (reduce_fn_t)k_f16c_sum};
 #endif
 
 void flx_reduce(void *restrict inout, const void *restrict in, size_t count,

@@ -280,11 +280,9 @@ static flx_status_t gsync_agree(flx_comm_h comm, int rank, size_t n, const flx_g
     const int nf = (int)(sizeof(f) / sizeof(f[0]));
     flx_status_t st;
 
-    for (int i = 0; i < nf; i++) {
+    for (int i = 0; i < nf; i++)
         v[i] = f[i].value;
-        v[nf + i] = ~f[i].value;
-    }
-    st = flx_allreduce(comm, v, v, 2 * (size_t)nf, FLX_INT64, FLX_MAX, FLX_ALGO_AUTO);
+    st = coll_agree_range(comm, v, (size_t)nf);
     if (!ok || st != FLX_OK)
         return ok ? st : mine;
     if (v[0] != 0) {
@@ -293,7 +291,7 @@ static flx_status_t gsync_agree(flx_comm_h comm, int rank, size_t n, const flx_g
         return FLX_ERR_INVALID_ARG;
     }
     for (int i = 1; i < nf; i++) {
-        int64_t lo = ~v[nf + i], hi = v[i];
+        int64_t lo = v[nf + i], hi = v[i];
         if (lo == hi)
             continue;
         if (i == nf - 1) { /* a double: its bits travelled */

@@ -11,6 +11,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/time.h"
+#include "collectives/coll.h"
 #include "trainer/data.h"
 #include "trainer/nn.h"
 #include "trainer/rng.h"
@@ -417,8 +418,7 @@ static int64_t hash_of(const char *s) /* FNV-1a, 63 bits */
 /* Every rank must train the same model the same way: a rank with another
  * --seed starts from other weights, another --lr or policy steps apart,
  * and the run would end "successfully" with the ranks' models differing.
- * One allreduce of each value and its negation names the first that
- * differs.  0: go on; -1: every rank stops. */
+ * One agreement on every value's range names the first that differs.  0: go on; -1: every rank stops. */
 static int agree_options(run_t *r)
 {
     const train_opts_t *o = &r->o;
@@ -458,18 +458,16 @@ static int agree_options(run_t *r)
     int64_t v[2 * NF];
     flx_status_t st;
 
-    for (int i = 0; i < NF; i++) {
+    for (int i = 0; i < NF; i++)
         v[i] = f[i].v;
-        v[NF + i] = f[i].v == INT64_MIN ? INT64_MAX : -f[i].v;
-    }
-    st = flx_allreduce(r->comm, v, v, 2 * NF, FLX_INT64, FLX_MAX, FLX_ALGO_AUTO);
+    st = coll_agree_range(r->comm, v, NF);
     if (st != FLX_OK) {
         fprintf(stderr, "flx-train: rank %d: cannot agree on the options: %s\n", r->rank,
                 flx_status_string(st));
         return -1;
     }
     for (int i = 0; i < NF; i++)
-        if (v[i] != f[i].v || v[NF + i] != (f[i].v == INT64_MIN ? INT64_MAX : -f[i].v)) {
+        if (v[i] != v[NF + i]) {
             if (r->rank == 0)
                 fprintf(stderr, "flx-train: the ranks were given different %s (every rank "
                         "must train the same model the same way)\n", f[i].name);
@@ -489,14 +487,11 @@ static int agree_data(run_t *r, flx_status_t load_st)
                                        "test image rows", "test image columns"};
     const data_set_t *tr = &r->train, *te = &r->test;
     int ok = load_st == FLX_OK;
-    int64_t v[13] = {!ok, ok ? (int64_t)tr->n : 0, ok ? (int64_t)tr->rows : 0,
+    int64_t v[14] = {!ok, ok ? (int64_t)tr->n : 0, ok ? (int64_t)tr->rows : 0,
                      ok ? (int64_t)tr->cols : 0, ok ? (int64_t)te->n : 0,
                      ok ? (int64_t)te->rows : 0, ok ? (int64_t)te->cols : 0};
-    flx_status_t st;
+    flx_status_t st = coll_agree_range(r->comm, v, 7);
 
-    for (int i = 1; i < 7; i++)
-        v[6 + i] = -v[i]; /* the maximum of -x is minus the minimum */
-    st = flx_allreduce(r->comm, v, v, 13, FLX_INT64, FLX_MAX, FLX_ALGO_AUTO);
     if (st != FLX_OK) {
         fprintf(stderr, "flx-train: rank %d: cannot agree on the data: %s\n", r->rank,
                 flx_status_string(st));
@@ -509,11 +504,11 @@ static int agree_data(run_t *r, flx_status_t load_st)
         return -1;
     }
     for (int i = 1; i < 7; i++) {
-        if (v[i] != -v[6 + i]) {
+        if (v[i] != v[7 + i]) {
             if (r->rank == 0)
                 fprintf(stderr, "flx-train: the ranks loaded different data (%s: %lld on "
                         "one rank, %lld on another); every rank needs the same files\n",
-                        what[i], (long long)-v[6 + i], (long long)v[i]);
+                        what[i], (long long)v[7 + i], (long long)v[i]);
             return -1;
         }
     }

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <linux/capability.h>
@@ -215,17 +214,17 @@ static void print_memlock(FILE *out)
 {
     struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
     struct __user_cap_data_struct caps[2];
-    struct rlimit rl;
+    char lim[64];
 
+    ib_memlock_str(lim, sizeof(lim));
     if (syscall(SYS_capget, &hdr, caps) == 0 &&
         (caps[CAP_IPC_LOCK / 32].effective & (1u << (CAP_IPC_LOCK % 32))))
         fprintf(out, "  locked memory: no limit (CAP_IPC_LOCK)\n");
-    else if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+    else if (strcmp(lim, "unlimited") == 0)
         fprintf(out, "  locked memory: unlimited\n");
     else
-        fprintf(out, "  locked memory: %llu KiB (ulimit -l): staging may shrink and large "
-                "messages wait for a slot; raise it for speed\n",
-                (unsigned long long)rl.rlim_cur / 1024);
+        fprintf(out, "  locked memory: %s (ulimit -l): staging may shrink and large messages "
+                "wait for a slot; raise it for speed\n", lim);
 }
 
 void ib_dev_print(FILE *out)

@@ -139,7 +139,7 @@ static flx_status_t large_mem_get(tl_ctx_t *ctx, tl_req_t *r, int early)
         /* a slot will come back: the registration may be refused quietly */
         int can_wait = ib_stage_fits(&ctx->mrc, r->len) && sg->entry != NULL && sg->nslots >= 2;
 
-        st = ib_mr_get_transient(&ctx->mrc, r->buf, r->len, can_wait, &mr);
+        st = ib_mr_get_quiet(&ctx->mrc, r->buf, r->len, can_wait, &mr);
         if (st == FLX_ERR_NOT_FOUND && !ctx->mrc.waited++)
             flx_warn(NET, ctx->rank, "ib: out of locked memory for a registration per message; "
                      "messages wait for one of the %d staging slots (ulimit -l unlimited "

@@ -110,8 +110,10 @@ typedef struct {
 flx_status_t ib_mr_get(ib_mr_cache_t *cache, void *addr, size_t len, ib_mr_entry_t **entry_p);
 /* The same; quiet: a registration the device refuses (out of locked
  * memory) is FLX_ERR_NOT_FOUND with nothing logged. */
-flx_status_t ib_mr_get_transient(ib_mr_cache_t *cache, void *addr, size_t len, int quiet,
-                                 ib_mr_entry_t **entry_p);
+flx_status_t ib_mr_get_quiet(ib_mr_cache_t *cache, void *addr, size_t len, int quiet,
+                             ib_mr_entry_t **entry_p);
+/* The soft locked-memory limit as text ("8192 KiB", "unlimited"), for logs. */
+void ib_memlock_str(char *buf, size_t n);
 /* The same, but FLX_ERR_NOT_FOUND where only a registration for this
  * message would do (nothing is registered then). */
 flx_status_t ib_mr_get_cached(ib_mr_cache_t *cache, void *addr, size_t len,

@@ -58,8 +58,7 @@ __attribute__((constructor)) static void mr_leave_pinned_init(void)
 
 int ib_mr_leave_pinned_active(void) { return mr_leave_pinned; }
 
-/* the locked-memory limit, for the log */
-static void memlock_limit(char *buf, size_t n)
+void ib_memlock_str(char *buf, size_t n)
 {
     struct rlimit rl;
 
@@ -76,7 +75,7 @@ static void mr_log_failure(ib_mr_cache_t *cache, void *addr, size_t len)
 {
     char lim[64];
 
-    memlock_limit(lim, sizeof(lim));
+    ib_memlock_str(lim, sizeof(lim));
     flx_error(NET, cache->rank, "ibv_reg_mr(%p, %zu bytes) failed: %m (locked-memory limit %s; "
               "raise it with ulimit -l unlimited or /etc/security/limits.conf)", addr, len, lim);
 }
@@ -128,8 +127,8 @@ flx_status_t ib_mr_get(ib_mr_cache_t *cache, void *addr, size_t len, ib_mr_entry
     return mr_get(cache, addr, len, 1, 0, entry_p);
 }
 
-flx_status_t ib_mr_get_transient(ib_mr_cache_t *cache, void *addr, size_t len, int quiet,
-                                 ib_mr_entry_t **entry_p)
+flx_status_t ib_mr_get_quiet(ib_mr_cache_t *cache, void *addr, size_t len, int quiet,
+                             ib_mr_entry_t **entry_p)
 {
     return mr_get(cache, addr, len, 1, quiet, entry_p);
 }
@@ -192,7 +191,7 @@ static flx_status_t mr_get(ib_mr_cache_t *cache, void *addr, size_t len, int tra
         char lim[64];
         int err = errno;
 
-        memlock_limit(lim, sizeof(lim));
+        ib_memlock_str(lim, sizeof(lim));
         range->too_big = 1;
         flx_warn(NET, cache->rank, "ib: cannot register the whole of the registered range "
                  "[%p, +%zu): %s (locked-memory limit %s); its large messages are staged or "
@@ -358,7 +357,7 @@ static int stage_setup(ib_mr_cache_t *cache)
         if (mr_register(cache, sg->base, (uintptr_t)sg->base,
                         (uintptr_t)sg->base + (size_t)n * sg->slot_size, 1, &sg->entry) == FLX_OK) {
             if (n < sg->nslots) {
-                memlock_limit(lim, sizeof(lim));
+                ib_memlock_str(lim, sizeof(lim));
                 flx_warn(NET, cache->rank, "ib: %d of %d staging buffers of %zu bytes registered "
                          "(locked-memory limit %s); more messages are registered per message",
                          n, sg->nslots, sg->slot_size, lim);
@@ -369,7 +368,7 @@ static int stage_setup(ib_mr_cache_t *cache)
         err = errno;
         if (n > 2 && (err == ENOMEM || err == EAGAIN))
             continue;
-        memlock_limit(lim, sizeof(lim));
+        ib_memlock_str(lim, sizeof(lim));
         flx_warn(NET, cache->rank, "ib: staging buffers (%zu bytes) cannot be registered: %s "
                  "(locked-memory limit %s); large messages of unregistered buffers are "
                  "registered per message", (size_t)n * sg->slot_size, strerror(err), lim);
