@@ -669,6 +669,56 @@ START_TEST(test_fds_decide)
 }
 END_TEST
 
+/* ---- the root's address table (boot_msg.c) -------------------------------- */
+
+static void table_set(boot_wire_addr_t *e, uint32_t ip, uint16_t port, uint16_t flags)
+{
+    e->ip = htonl(ip);
+    e->port = htons(port);
+    e->flags = htons(flags);
+}
+
+START_TEST(test_table_decode)
+{
+    boot_wire_addr_t t[3];
+    struct sockaddr_in addrs[3];
+    int apart = -1;
+
+    /* the root's entry as FLX_ROOT: lane 1 to it is the rendezvous connection */
+    table_set(&t[0], 0x7f000001, 29400, 0);
+    table_set(&t[1], 0x0a090001, 41000, 0);
+    table_set(&t[2], 0x0a090002, 41001, 0);
+    ck_assert_int_eq(boot_table_decode(t, sizeof(t), 3, addrs, &apart), FLX_OK);
+    ck_assert_int_eq(apart, 0);
+    ck_assert_uint_eq(ntohl(addrs[2].sin_addr.s_addr), 0x0a090002);
+    ck_assert_uint_eq(ntohs(addrs[1].sin_port), 41000);
+    /* apart: the root's data address, connected to like the others' */
+    table_set(&t[0], 0x0a090003, 42000, BOOT_ROOT_APART);
+    ck_assert_int_eq(boot_table_decode(t, sizeof(t), 3, addrs, &apart), FLX_OK);
+    ck_assert_int_eq(apart, 1);
+    ck_assert_uint_eq(ntohl(addrs[0].sin_addr.s_addr), 0x0a090003);
+    ck_assert_uint_eq(ntohs(addrs[0].sin_port), 42000);
+    /* refused, nothing written: apart without a port, an unknown flag, a
+     * flag on a member's entry, a member without a port, a short table */
+    apart = -1;
+    memset(addrs, 0xab, sizeof(addrs));
+    table_set(&t[0], 0x0a090003, 0, BOOT_ROOT_APART);
+    ck_assert_int_eq(boot_table_decode(t, sizeof(t), 3, addrs, &apart), FLX_ERR_PROTOCOL);
+    table_set(&t[0], 0x0a090003, 42000, 2);
+    ck_assert_int_eq(boot_table_decode(t, sizeof(t), 3, addrs, &apart), FLX_ERR_PROTOCOL);
+    table_set(&t[0], 0x0a090003, 42000, BOOT_ROOT_APART);
+    table_set(&t[1], 0x0a090001, 41000, BOOT_ROOT_APART);
+    ck_assert_int_eq(boot_table_decode(t, sizeof(t), 3, addrs, &apart), FLX_ERR_PROTOCOL);
+    table_set(&t[1], 0x0a090001, 0, 0);
+    ck_assert_int_eq(boot_table_decode(t, sizeof(t), 3, addrs, &apart), FLX_ERR_PROTOCOL);
+    table_set(&t[1], 0x0a090001, 41000, 0);
+    ck_assert_int_eq(boot_table_decode(t, sizeof(t) - 1, 3, addrs, &apart), FLX_ERR_PROTOCOL);
+    ck_assert_int_eq(apart, -1);
+    for (size_t i = 0; i < sizeof(addrs); i++)
+        ck_assert_uint_eq(((unsigned char *)addrs)[i], 0xab);
+}
+END_TEST
+
 static Suite *auth_suite(void)
 {
     Suite *s = suite_create("auth");
@@ -700,6 +750,7 @@ static Suite *auth_suite(void)
     tcase_set_timeout(tf, 30);
     tcase_add_test(tf, test_fd_need);
     tcase_add_test(tf, test_fds_decide);
+    tcase_add_test(tf, test_table_decode);
     suite_add_tcase(s, tf);
     return s;
 }

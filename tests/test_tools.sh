@@ -142,6 +142,101 @@ out=$(FLX_RANK=0 FLX_SIZE=2 FLX_ROOT=127.0.0.1:$((20000 + $$ % 12000)) FLX_JOB_S
 [ $(($(date +%s) - t0)) -lt 10 ] || fail "a missing FLX_SOCKET_IFNAME took $(($(date +%s) - t0)) s"
 echo "$out" | grep -q "FLX_SOCKET_IFNAME=no-such-if0: no such interface" ||
     fail "the missing interface is not named: $out"
+# a malformed FLX_ROOT is refused at once, naming it
+for bad in "127.0.0.1:+80|no valid port" "127.0.0.1: 80|no valid port" "127.0.0.1:0|no valid port" \
+           "127.0.0.1|is not host:port" "[::1]:29400|IPv6 is not supported" "::1:29400|IPv6 is not supported"; do
+    root=${bad%%|*} why=${bad#*|}
+    out=$(FLX_RANK=1 FLX_SIZE=2 FLX_ROOT=$root FLX_JOB_SECRET=s timeout 60 "$top/flx-example" 2>&1) &&
+        fail "FLX_ROOT='$root' accepted: $out"
+    echo "$out" | grep -qF "address '$root'" && echo "$out" | grep -q "$why" ||
+        fail "FLX_ROOT='$root' is not refused with '$why': $out"
+done
+# two processes with one rank, and a rank with another FLX_SIZE: the root
+# names the claim and where the first came from, the others say the root
+# stopped the job; every process fails, none waits for FLX_CONNECT_TIMEOUT
+dup=$(mktemp -d)
+port=$((20000 + ($$ + 7) % 12000))
+for r in 0 1 1; do
+    FLX_RANK=$r FLX_SIZE=3 FLX_ROOT=127.0.0.1:$port FLX_JOB_SECRET=s FLX_CONNECT_TIMEOUT=20s \
+        timeout 60 "$top/flx-example" >"$dup/$r.$(mktemp -u XXXX)" 2>&1 &
+done
+t0=$(date +%s)
+wait
+[ $(($(date +%s) - t0)) -lt 15 ] || fail "a rank claimed twice took $(($(date +%s) - t0)) s"
+grep -q "sum =" "$dup"/* && fail "a job with rank 1 twice ran: $(cat "$dup"/*)"
+grep -q "claims rank 1, which the process at 127.0.0.1:[0-9]* already holds: two processes claim the rank" "$dup"/0.* ||
+    fail "the root does not name the rank claimed twice: $(cat "$dup"/*)"
+[ "$(cat "$dup"/1.* | grep -c 'the root closed the connection before sending the address table: it stopped the job')" -eq 2 ] ||
+    fail "the ranks 1 do not say the root stopped the job: $(cat "$dup"/*)"
+rm -f "$dup"/*
+(FLX_RANK=1 FLX_SIZE=3 FLX_ROOT=127.0.0.1:$port FLX_JOB_SECRET=s FLX_CONNECT_TIMEOUT=20s \
+    timeout 60 "$top/flx-example" >"$dup/1" 2>&1 &
+ FLX_RANK=0 FLX_SIZE=2 FLX_ROOT=127.0.0.1:$port FLX_JOB_SECRET=s FLX_CONNECT_TIMEOUT=20s \
+    timeout 60 "$top/flx-example" >"$dup/0" 2>&1; wait)
+grep -q "peer 127.0.0.1:[0-9]* claims rank 1 of a job of 3 ranks; this job has 2 (FLX_SIZE differs?)" "$dup/0" ||
+    fail "the root does not name a rank of another size: $(cat "$dup"/*)"
+grep -q "stopped the job" "$dup/1" || fail "the rank of another size: $(cat "$dup/1")"
+rm -rf "$dup"
+# a root alone on a loopback address (a host name that resolves to 127.0.1.1)
+# says so when its ranks do not come
+out=$(FLX_RANK=0 FLX_SIZE=2 FLX_ROOT=127.0.1.1:$((20000 + $$ % 12000)) FLX_JOB_SECRET=s \
+      FLX_CONNECT_TIMEOUT=1s timeout 60 "$top/flx-example" 2>&1) && fail "a lone root succeeded: $out"
+echo "$out" | grep -q "only 0 of 1 expected ranks connected within 1 s (the root listens on 127.0.1.1:[0-9]*, a loopback address" ||
+    fail "a lone root on 127.0.1.1 does not say it listens on loopback: $out"
+# FLX_SOCKET_IFNAME moves every data connection, rank 0's too (they were the
+# connections to FLX_ROOT's address before), and FLX_ROOT=0.0.0.0 works with
+# two connections per pair (the second went to 0.0.0.0 before).  In a network
+# namespace of its own (root only): loopback, and 10.9.0.1 labelled lo:d.
+# Prints the established connections in the middle of a 3-rank run.
+ns_conns() {
+    unshare -n sh -s "$@" <<'EOF_NS'
+ip link set lo up && ip addr add 10.9.0.1/32 dev lo label lo:d || exit 3
+"$@" >"$ns/run.out" 2>&1 &
+pid=$! i=0
+# 3 ranks, 2 connections a pair: 12 ends
+while [ $i -lt 400 ] && [ "$(ss -Htn state established | wc -l)" -lt 12 ]; do
+    sleep 0.05; i=$((i + 1))
+done
+ss -Htn state established
+wait $pid || { echo "run failed: $(cat "$ns/run.out")"; exit 1; }
+EOF_NS
+}
+if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null && command -v ss >/dev/null; then
+    ns=$(mktemp -d); export ns top
+    perf="$top/flx-allreduce-perf -b 16M -e 16M -w 2 -n 60"
+    out=$(FLX_SOCKET_IFNAME=lo:d FLX_TCP_SOCKETS=2 ns_conns "$top/flxrun" -n 3 $perf 2>&1) ||
+        fail "3 ranks with FLX_SOCKET_IFNAME=lo:d: $out"
+    [ "$(echo "$out" | grep -c '10\.9\.0\.1:[0-9]* *10\.9\.0\.1:')" -eq 12 ] ||
+        fail "FLX_SOCKET_IFNAME=lo:d: not every data connection is on 10.9.0.1: $out"
+    port=$((20000 + $$ % 12000))
+    out=$(FLX_ROOT=0.0.0.0:$port FLX_TCP_SOCKETS=2 ns_conns "$top/flxrun" -n 3 $perf 2>&1) ||
+        fail "3 ranks with FLX_ROOT=0.0.0.0: $out"
+    [ "$(echo "$out" | grep -c '127\.0\.0\.1:[0-9]* *127\.0\.0\.1:')" -eq 12 ] &&
+        ! echo "$out" | grep -q ":$port " ||
+        fail "FLX_ROOT=0.0.0.0:$port: not 12 data connections apart from the rendezvous: $out"
+    # a member asks again for a root name its resolver does not know yet
+    # (it failed at once before); a name that never comes fails at
+    # FLX_CONNECT_TIMEOUT, saying so.  /etc/hosts of a mount namespace.
+    cp /etc/hosts "$ns/hosts"
+    out=$(unshare -n -m sh -s <<'EOF_NS' 2>&1
+ip link set lo up && mount --bind "$ns/hosts" /etc/hosts || exit 3
+(sleep 1.5; echo "127.0.0.1 flx-late-root" >>/etc/hosts) &
+FLX_RANK=0 FLX_SIZE=2 FLX_ROOT=127.0.0.1:23999 FLX_JOB_SECRET=s timeout 60 "$top/flx-example" &
+FLX_RANK=1 FLX_SIZE=2 FLX_ROOT=flx-late-root:23999 FLX_JOB_SECRET=s timeout 60 "$top/flx-example" || exit 1
+wait $! || exit 1
+FLX_RANK=1 FLX_SIZE=2 FLX_ROOT=flx-never-root:23999 FLX_JOB_SECRET=s FLX_CONNECT_TIMEOUT=1s \
+    timeout 60 "$top/flx-example" && exit 1
+exit 0
+EOF_NS
+    ) || fail "a root name that comes late: $out"
+    [ "$(echo "$out" | grep -c 'sum = 3 (expected 3)')" -eq 2 ] &&
+        echo "$out" | grep -q "cannot resolve host 'flx-late-root' of 'flx-late-root:23999' yet" &&
+        echo "$out" | grep -q "cannot resolve host 'flx-never-root' of 'flx-never-root:23999': .* (still, at FLX_CONNECT_TIMEOUT)" ||
+        fail "a root name that comes late, or never: $out"
+    rm -rf "$ns"
+else
+    echo "(not root or no unshare -n: FLX_SOCKET_IFNAME's namespace test skipped)"
+fi
 # a job secret too long is refused without printing it (the 256-byte limit printed a
 # 300-character secret whole on every rank); 300 characters now fit
 long=$(head -c 600 /dev/zero | tr '\0' 'k')

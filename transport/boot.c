@@ -240,6 +240,32 @@ static flx_status_t boot_next_peer(boot_t *boot, int lfd, boot_waiting_t *w, dou
     }
 }
 
+/* The one line for a HELLO that boot_hello_check refused (from ps): which
+ * rank it claims and, for a rank claimed twice, where the first claim came
+ * from. */
+static void boot_hello_refused(boot_t *boot, const auth_hello_t *hello, uint16_t purpose,
+                               const int *fds, const char *ps, const char *why)
+{
+    struct sockaddr_in first;
+    socklen_t flen = sizeof(first);
+    char fs[64] = "?";
+
+    if (hello->size != boot->size) {
+        flx_error(INIT, boot->rank, "peer %s claims rank %d of a job of %d ranks; this job has "
+                  "%d (FLX_SIZE differs?)", ps, hello->rank, hello->size, boot->size);
+    } else if (hello->rank >= 0 && hello->rank < boot->size && hello->rank != boot->rank &&
+               fds[hello->rank] >= 0 && hello->purpose == purpose) {
+        if (getpeername(fds[hello->rank], (struct sockaddr *)&first, &flen) == 0)
+            sock_addr_str(&first, fs, sizeof(fs));
+        flx_error(INIT, boot->rank, "peer %s claims rank %d, which the process at %s already "
+                  "holds: two processes claim the rank (FLX_RANK alike, or two jobs with one "
+                  "secret and root?)", ps, hello->rank, fs);
+    } else {
+        flx_error(INIT, boot->rank, "peer %s claims rank %d of %d (purpose %u, expected %u): %s",
+                  ps, hello->rank, hello->size, hello->purpose, purpose, why);
+    }
+}
+
 /* The accept loop of boot_accept_peers: authenticated connections come
  * from boot_next_peer. */
 static flx_status_t boot_accept_loop(boot_t *boot, int lfd, uint16_t purpose, int count,
@@ -257,9 +283,20 @@ static flx_status_t boot_accept_loop(boot_t *boot, int lfd, uint16_t purpose, in
         flx_status_t st = boot_next_peer(boot, lfd, waiting, deadline, &fd, &peer, &hello);
 
         if (st == FLX_ERR_TIMED_OUT) {
+            struct sockaddr_in at;
+            socklen_t alen = sizeof(at);
+            char hint[160] = "";
+            /* a host name that resolves to loopback here (Debian's 127.0.1.1
+             * line in /etc/hosts): ranks on other hosts cannot come */
+            if (purpose == AUTH_PURPOSE_BOOT &&
+                getsockname(lfd, (struct sockaddr *)&at, &alen) == 0 &&
+                (ntohl(at.sin_addr.s_addr) >> 24) == 127)
+                snprintf(hint, sizeof(hint), " (the root listens on %s, a loopback address: "
+                         "ranks on other hosts cannot reach it; set FLX_ROOT to an address "
+                         "they reach, or 0.0.0.0 on rank 0)", sock_addr_str(&at, ps, sizeof(ps)));
             flx_error(INIT, boot->rank,
-                      "bootstrap: only %d of %d expected ranks connected within %.0f s",
-                      have, count, boot->cfg.connect_timeout_s);
+                      "bootstrap: only %d of %d expected ranks connected within %.0f s%s",
+                      have, count, boot->cfg.connect_timeout_s, hint);
             return st;
         }
         if (st != FLX_OK)
@@ -267,9 +304,7 @@ static flx_status_t boot_accept_loop(boot_t *boot, int lfd, uint16_t purpose, in
         sock_addr_str(&peer, ps, sizeof(ps));
         st = boot_hello_check(&hello, purpose, boot->rank, boot->size, fds, &why);
         if (st != FLX_OK) {
-            flx_error(INIT, boot->rank,
-                      "peer %s claims rank %d of %d (purpose %u); this job has %d ranks: %s",
-                      ps, hello.rank, hello.size, hello.purpose, boot->size, why);
+            boot_hello_refused(boot, &hello, purpose, fds, ps, why);
             close(fd);
             return st;
         }
@@ -305,8 +340,58 @@ static flx_status_t boot_accept_peers(boot_t *boot, int lfd, uint16_t purpose, i
     return st;
 }
 
+static int boot_is_loopback(struct in_addr a) { return (ntohl(a.s_addr) >> 24) == 127; }
+
+/* Rank 0's data address (see boot.h): FLX_SOCKET_IFNAME's; without it, with
+ * the wildcard FLX_ROOT, the local address the members reached (the first
+ * that is not loopback, if one is), else FLX_ROOT's.  Apart from FLX_ROOT's
+ * address, rank 0 listens there for its data connections (*dfd_p) and sets
+ * root_apart; at FLX_ROOT's address lane 1 is the rendezvous connection. */
+static flx_status_t boot_root_data(boot_t *boot, const struct sockaddr_in *root, int *dfd_p)
+{
+    struct sockaddr_in data = *root;
+    char ds[64], rs[64];
+    int found = 0;
+    flx_status_t st;
+
+    if (boot->cfg.socket_ifname[0]) {
+        st = sock_ifname_addr(boot->cfg.socket_ifname, &data.sin_addr);
+        if (st != FLX_OK)
+            return st;
+    } else if (root->sin_addr.s_addr == htonl(INADDR_ANY)) {
+        for (int r = 1; r < boot->size; r++) {
+            struct sockaddr_in local;
+            socklen_t llen = sizeof(local);
+            if (getsockname(boot->fds[r], (struct sockaddr *)&local, &llen) != 0)
+                continue;
+            if (!found || (boot_is_loopback(data.sin_addr) && !boot_is_loopback(local.sin_addr)))
+                data.sin_addr = local.sin_addr;
+            found = 1;
+        }
+        if (!found) {
+            flx_error(INIT, 0, "bootstrap: no local address of the rendezvous connections: %m");
+            return FLX_ERR_SYSTEM;
+        }
+    }
+    if (data.sin_addr.s_addr == root->sin_addr.s_addr)
+        return FLX_OK;
+    data.sin_port = 0;
+    st = sock_listen(&data, boot->size + 16, dfd_p, &data);
+    if (st != FLX_OK)
+        return st;
+    boot->root_apart = 1;
+    boot->addrs[0] = data;
+    flx_info(INIT, 0, "bootstrap: rank 0 takes its data connections at %s, apart from the "
+             "rendezvous at %s%s", sock_addr_str(&data, ds, sizeof(ds)),
+             sock_addr_str(root, rs, sizeof(rs)),
+             boot->cfg.socket_ifname[0] ? " (FLX_SOCKET_IFNAME)" : "");
+    return FLX_OK;
+}
+
+/* Rendezvous at root (listening on *lfd_p), then the address table.  Where
+ * rank 0's data address is apart, *dfd_p listens on it. */
 static flx_status_t boot_root(boot_t *boot, const struct sockaddr_in *root, int *lfd_p,
-                              double deadline)
+                              int *dfd_p, double deadline)
 {
     boot_wire_addr_t *table;
     flx_status_t st;
@@ -316,6 +401,8 @@ static flx_status_t boot_root(boot_t *boot, const struct sockaddr_in *root, int 
         return st;
     boot->addrs[0] = *root;
     st = boot_accept_peers(boot, *lfd_p, AUTH_PURPOSE_BOOT, boot->size - 1, deadline);
+    if (st == FLX_OK)
+        st = boot_root_data(boot, root, dfd_p);
     if (st != FLX_OK)
         return st;
     table = calloc((size_t)boot->size, sizeof(*table));
@@ -323,6 +410,8 @@ static flx_status_t boot_root(boot_t *boot, const struct sockaddr_in *root, int 
         return FLX_ERR_NO_MEMORY;
     for (int r = 0; r < boot->size; r++)
         boot_addr_encode(&boot->addrs[r], &table[r]);
+    if (boot->root_apart)
+        table[0].flags = htons(BOOT_ROOT_APART);
     for (int r = 1; r < boot->size && st == FLX_OK; r++) {
         st = sock_send_all(boot->fds[r], table, (size_t)boot->size * sizeof(*table), deadline);
         if (st != FLX_OK)
@@ -416,24 +505,40 @@ static flx_status_t boot_member(boot_t *boot, const struct sockaddr_in *root, in
     st = sock_recv_all(fd, table, (size_t)boot->size * sizeof(*table), deadline);
     if (st == FLX_OK)
         st = boot_table_decode(table, (size_t)boot->size * sizeof(*table), boot->size,
-                               boot->addrs);
+                               boot->addrs, &boot->root_apart);
     free(table);
-    if (st != FLX_OK)
+    if (st == FLX_ERR_PEER_LOST)
+        flx_error(INIT, boot->rank, "bootstrap: the root closed the connection before sending "
+                  "the address table: it stopped the job (its log says why) or exited");
+    else if (st != FLX_OK)
         flx_error(INIT, boot->rank, "bootstrap: no address table from the root: %s",
                   flx_status_string(st));
     return st;
 }
 
+/* With rank 0's data apart, the rendezvous connections have done their work
+ * (the address table, the connection counts): they close before the mesh,
+ * which makes lane 1 to rank 0 anew; the descriptors they held are those
+ * boot_fd_need counts for it. */
+static void boot_leave_rendezvous(boot_t *boot)
+{
+    for (int r = boot->rank == 0 ? 1 : 0; r < (boot->rank == 0 ? boot->size : 1); r++) {
+        close(boot->fds[r]);
+        boot->fds[r] = -1;
+    }
+}
+
 /* rank i connects to j < i and accepts from j > i: lane 1 (purpose MESH,
- * fds) from j = 1 (rank 0's is the rendezvous connection), lane 2 (MESH2,
- * fds2) from j = 0 */
+ * fds) from j = 1 (rank 0's is the rendezvous connection) or, with rank 0's
+ * data apart, from j = 0; lane 2 (MESH2, fds2) from j = 0 */
 static flx_status_t boot_mesh(boot_t *boot, int lfd, uint16_t purpose, double deadline)
 {
     int *fds = purpose == AUTH_PURPOSE_MESH2 ? boot->fds2 : boot->fds;
+    int from_root = purpose == AUTH_PURPOSE_MESH2 || boot->root_apart;
     char as[64];
     flx_status_t st;
 
-    for (int j = purpose == AUTH_PURPOSE_MESH2 ? 0 : 1; j < boot->rank; j++) {
+    for (int j = from_root ? 0 : 1; j < boot->rank; j++) {
         int fd, connected;
         st = boot_connect_auth(boot, &boot->addrs[j], purpose, deadline, &fd, &connected);
         if (st != FLX_OK && !connected) /* sock_connect said why */
@@ -446,7 +551,7 @@ static flx_status_t boot_mesh(boot_t *boot, int lfd, uint16_t purpose, double de
         }
         fds[j] = fd;
     }
-    if (boot->rank == boot->size - 1 || (boot->rank == 0 && purpose == AUTH_PURPOSE_MESH))
+    if (boot->rank == boot->size - 1 || (boot->rank == 0 && !from_root))
         return FLX_OK;
     return boot_accept_peers(boot, lfd, purpose, boot->size - 1 - boot->rank, deadline);
 }
@@ -596,7 +701,7 @@ flx_status_t boot_create(int rank, int size, const char *root, const char *secre
     struct sockaddr_in root_addr;
     double deadline = flx_time_now() + cfg->connect_timeout_s;
     boot_t *boot;
-    int lfd = -1;
+    int lfd = -1, dfd = -1;
     flx_status_t st;
 
     if (sodium_init() < 0) {
@@ -625,7 +730,9 @@ flx_status_t boot_create(int rank, int size, const char *root, const char *secre
         *boot_p = boot;
         return FLX_OK;
     }
-    st = sock_parse_addr(root, &root_addr);
+    /* the others wait for the root's name as they wait for its listener;
+     * rank 0's own name is known or wrong */
+    st = sock_resolve(root, rank == 0 ? 0.0 : deadline, &root_addr);
     if (st != FLX_OK)
         goto err_destroy_boot;
     if (cfg->socket_ifname[0]) { /* before anything waits on it: the root too fails at once */
@@ -635,10 +742,16 @@ flx_status_t boot_create(int rank, int size, const char *root, const char *secre
             goto err_destroy_boot;
     }
     boot_fd_raise(boot, want);
-    st = rank == 0 ? boot_root(boot, &root_addr, &lfd, deadline)
+    st = rank == 0 ? boot_root(boot, &root_addr, &lfd, &dfd, deadline)
                    : boot_member(boot, &root_addr, &lfd, deadline);
+    if (dfd >= 0) { /* the rendezvous is over: rank 0 listens on its data address */
+        close(lfd);
+        lfd = dfd;
+    }
     if (st == FLX_OK)
         st = boot_agree_lanes(boot, want, deadline);
+    if (st == FLX_OK && boot->root_apart)
+        boot_leave_rendezvous(boot);
     if (st == FLX_OK)
         st = boot_mesh(boot, lfd, AUTH_PURPOSE_MESH, deadline);
     if (st == FLX_OK && boot->lanes == 2)

@@ -8,6 +8,12 @@
  *   with two connections per pair (lanes 2):
  *   rank i --auth--> rank j for 0 <= j < i a second time (fds2)
  *
+ * Lane 1 to rank 0 is the rendezvous connection, unless rank 0 takes its
+ * data connections apart (root_apart: FLX_SOCKET_IFNAME names an address
+ * other than FLX_ROOT's, or FLX_ROOT is the wildcard 0.0.0.0): then the
+ * rendezvous connections close after the exchange of connection counts and
+ * lane 1 to rank 0 is made like the others, to its data address.
+ *
  * Listening sockets are closed as soon as the mesh is complete.  A
  * connection that fails the handshake is closed and logged; it does not
  * disturb the job. */
@@ -26,6 +32,7 @@ typedef struct boot {
     int *fds;                     /* fds[peer]: authenticated socket, -1 for self */
     int *fds2;                    /* with lanes 2, the pair's second one        */
     int lanes;                    /* connections per pair of ranks: 1 or 2     */
+    int root_apart;               /* rank 0's data address is not FLX_ROOT's   */
     struct sockaddr_in *addrs;    /* every rank's data address                 */
     int local_size;               /* ranks on this machine (its kernel's boot
                                      id; network namespaces included); all of

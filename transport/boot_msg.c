@@ -8,7 +8,7 @@ void boot_addr_encode(const struct sockaddr_in *addr, boot_wire_addr_t *wire_p)
 {
     wire_p->ip = addr->sin_addr.s_addr;
     wire_p->port = addr->sin_port;
-    wire_p->pad = 0;
+    wire_p->flags = 0;
 }
 
 flx_status_t boot_addr_decode(const void *buf, size_t len, struct sockaddr_in *addr_p)
@@ -18,7 +18,7 @@ flx_status_t boot_addr_decode(const void *buf, size_t len, struct sockaddr_in *a
     if (buf == NULL || len != sizeof(w))
         return FLX_ERR_PROTOCOL;
     memcpy(&w, buf, sizeof(w));
-    if (w.port == 0 || w.pad != 0)
+    if (w.port == 0 || w.flags != 0)
         return FLX_ERR_PROTOCOL;
     memset(addr_p, 0, sizeof(*addr_p));
     addr_p->sin_family = AF_INET;
@@ -28,18 +28,24 @@ flx_status_t boot_addr_decode(const void *buf, size_t len, struct sockaddr_in *a
 }
 
 flx_status_t boot_table_decode(const void *buf, size_t len, int size,
-                               struct sockaddr_in *addrs)
+                               struct sockaddr_in *addrs, int *apart_p)
 {
     const uint8_t *p = buf; /* any alignment: entries are copied out */
     const size_t esz = sizeof(boot_wire_addr_t);
     struct sockaddr_in a;
     boot_wire_addr_t w;
+    int apart;
 
     if (buf == NULL || size < 1 || len / esz != (size_t)size || len % esz != 0)
         return FLX_ERR_PROTOCOL;
     for (int r = 1; r < size; r++)
         if (boot_addr_decode(p + (size_t)r * esz, esz, &a) != FLX_OK)
             return FLX_ERR_PROTOCOL;
+    memcpy(&w, p, esz);
+    w.flags = ntohs(w.flags);
+    if (w.flags != 0 && (w.flags != BOOT_ROOT_APART || w.port == 0))
+        return FLX_ERR_PROTOCOL;
+    apart = w.flags == BOOT_ROOT_APART;
     for (int r = 0; r < size; r++) {
         memcpy(&w, p + (size_t)r * esz, esz);
         memset(&addrs[r], 0, sizeof(addrs[r]));
@@ -47,6 +53,7 @@ flx_status_t boot_table_decode(const void *buf, size_t len, int size,
         addrs[r].sin_addr.s_addr = w.ip;
         addrs[r].sin_port = w.port;
     }
+    *apart_p = apart;
     return FLX_OK;
 }
 

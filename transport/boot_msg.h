@@ -16,18 +16,25 @@
 typedef struct {
     uint32_t ip;
     uint16_t port;
-    uint16_t pad;
+    uint16_t flags; /* 0; the root's entry in the table: BOOT_ROOT_APART or 0 */
 } boot_wire_addr_t;
+
+/* In the root's own entry of the table: the root takes its data
+ * connections on this address, apart from the rendezvous (FLX_SOCKET_IFNAME
+ * names another address, or FLX_ROOT is the wildcard), so lane 1 to it is
+ * a connection of its own and not the rendezvous connection. */
+#define BOOT_ROOT_APART 1
 
 void boot_addr_encode(const struct sockaddr_in *addr, boot_wire_addr_t *wire_p);
 /* FLX_ERR_PROTOCOL (nothing written) unless len is one wire address with
- * a non-zero port and zero padding. */
+ * a non-zero port and no flags. */
 flx_status_t boot_addr_decode(const void *buf, size_t len, struct sockaddr_in *addr_p);
 /* The root's table: size wire addresses, rank r's at r.  Every entry but
- * the root's own (rank 0, which nobody connects to through the table) must
- * decode; FLX_ERR_PROTOCOL otherwise, addrs untouched. */
+ * the root's own must decode; the root's has no flags or BOOT_ROOT_APART,
+ * and with it decodes as an address too (*apart_p 1; else 0).
+ * FLX_ERR_PROTOCOL otherwise, addrs and *apart_p untouched. */
 flx_status_t boot_table_decode(const void *buf, size_t len, int size,
-                               struct sockaddr_in *addrs);
+                               struct sockaddr_in *addrs, int *apart_p);
 
 /* May an authenticated HELLO join the job of this rank?  It must be for
  * purpose, of a job of size ranks, from another rank, from a higher rank

@@ -48,7 +48,13 @@ const char *sock_addr_str(const struct sockaddr_in *addr, char *buf, size_t len)
 
 flx_status_t sock_parse_addr(const char *hostport, struct sockaddr_in *addr_p)
 {
+    return sock_resolve(hostport, 0.0, addr_p);
+}
+
+flx_status_t sock_resolve(const char *hostport, double deadline, struct sockaddr_in *addr_p)
+{
     struct addrinfo hints, *res;
+    int warned = 0;
     char host[256];
     const char *colon = strrchr(hostport, ':');
     char *end;
@@ -60,19 +66,35 @@ flx_status_t sock_parse_addr(const char *hostport, struct sockaddr_in *addr_p)
         return FLX_ERR_CONFIG;
     }
     port = strtol(colon + 1, &end, 10);
-    if (*end != '\0' || port <= 0 || port > 65535) {
+    /* digits only: strtol would take " 80" and "+80" */
+    if (*end != '\0' || port <= 0 || port > 65535 ||
+        strspn(colon + 1, "0123456789") != strlen(colon + 1)) {
         flx_error(INIT, -1, "address '%s' has no valid port (1..65535)", hostport);
         return FLX_ERR_CONFIG;
     }
     memcpy(host, hostport, (size_t)(colon - hostport));
     host[colon - hostport] = '\0';
+    if (host[0] == '[' || strchr(host, ':') != NULL) {
+        flx_error(INIT, -1, "address '%s': IPv6 is not supported; give an IPv4 address or a "
+                  "host name with an IPv4 address", hostport);
+        return FLX_ERR_CONFIG;
+    }
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_INET;
     hints.ai_socktype = SOCK_STREAM;
-    rc = getaddrinfo(host, NULL, &hints, &res);
+    /* a name not known yet (a container's DNS record that comes with it,
+     * a resolver that does not answer yet) is asked again until deadline */
+    while ((rc = getaddrinfo(host, NULL, &hints, &res)) == EAI_NONAME || rc == EAI_AGAIN) {
+        if (flx_time_now() + 0.25 >= deadline)
+            break;
+        if (!warned++)
+            flx_warn(INIT, -1, "cannot resolve host '%s' of '%s' yet (%s): asking again until "
+                     "FLX_CONNECT_TIMEOUT", host, hostport, gai_strerror(rc));
+        usleep(250000);
+    }
     if (rc != 0) {
-        flx_error(INIT, -1, "cannot resolve host '%s' of '%s': %s", host, hostport,
-                  gai_strerror(rc));
+        flx_error(INIT, -1, "cannot resolve host '%s' of '%s': %s%s", host, hostport,
+                  gai_strerror(rc), warned ? " (still, at FLX_CONNECT_TIMEOUT)" : "");
         return FLX_ERR_CONFIG;
     }
     memcpy(addr_p, res->ai_addr, sizeof(*addr_p));

@@ -10,8 +10,12 @@
 
 /* errno of a failed socket call -> status (peer gone, timeout, system). */
 flx_status_t sock_errno_status(int err);
-/* Resolve "host:port" (IPv4) into addr_p. */
+/* Resolve "host:port" (IPv4; the port digits only) into addr_p. */
 flx_status_t sock_parse_addr(const char *hostport, struct sockaddr_in *addr_p);
+/* The same, asking the resolver again every 0.25 s while it does not know
+ * the name (EAI_NONAME, EAI_AGAIN) until deadline (monotonic s), with one
+ * warning.  FLX_ERR_CONFIG, logged, when it still does not. */
+flx_status_t sock_resolve(const char *hostport, double deadline, struct sockaddr_in *addr_p);
 /* IPv4 address of interface ifname. */
 flx_status_t sock_ifname_addr(const char *ifname, struct in_addr *addr_p);
 /* Listening socket bound to addr (port 0: any); actual address in bound_p. */

@@ -74,15 +74,19 @@ static void fuzz_hello(const uint8_t *d, size_t n)
 static void fuzz_table(const uint8_t *d, size_t n)
 {
     struct sockaddr_in addrs[64];
-    int size;
+    int size, apart = -1;
 
     if (n < 1)
         return;
     size = d[0] % 65;
-    if (boot_table_decode(d + 1, n - 1, size, addrs) == FLX_OK) {
-        for (int r = 1; r < size; r++)
+    if (boot_table_decode(d + 1, n - 1, size, addrs, &apart) == FLX_OK) {
+        if (apart != 0 && apart != 1)
+            abort();
+        for (int r = apart ? 0 : 1; r < size; r++)
             if (addrs[r].sin_port == 0)
                 abort();
+    } else if (apart != -1) {
+        abort();
     }
 }
 
