@@ -8,6 +8,7 @@
 #include "common/time.h"
 #include "transport/auth.h"
 #include "transport/boot_msg.h"
+#include "transport/sock.h"
 
 #include <arpa/inet.h>
 #include <check.h>
@@ -671,18 +672,21 @@ END_TEST
 
 /* ---- the root's address table (boot_msg.c) -------------------------------- */
 
-static void table_set(boot_wire_addr_t *e, uint32_t ip, uint16_t port, uint16_t flags)
+static void table_set(boot_wire_addr_t *e, uint32_t ip, uint16_t port, uint8_t flags)
 {
-    e->ip = htonl(ip);
+    memset(e, 0, sizeof(*e));
+    e->family = 4;
+    memcpy(e->ip, &(uint32_t){htonl(ip)}, 4);
     e->port = htons(port);
-    e->flags = htons(flags);
+    e->flags = flags;
 }
 
 START_TEST(test_table_decode)
 {
     boot_wire_addr_t t[3];
-    struct sockaddr_in addrs[3];
+    sock_addr_t addrs[3], a6;
     int apart = -1;
+    char s[SOCK_ADDR_STRLEN];
 
     /* the root's entry as FLX_ROOT: lane 1 to it is the rendezvous connection */
     table_set(&t[0], 0x7f000001, 29400, 0);
@@ -690,16 +694,26 @@ START_TEST(test_table_decode)
     table_set(&t[2], 0x0a090002, 41001, 0);
     ck_assert_int_eq(boot_table_decode(t, sizeof(t), 3, addrs, &apart), FLX_OK);
     ck_assert_int_eq(apart, 0);
-    ck_assert_uint_eq(ntohl(addrs[2].sin_addr.s_addr), 0x0a090002);
-    ck_assert_uint_eq(ntohs(addrs[1].sin_port), 41000);
+    ck_assert_str_eq(sock_addr_str(&addrs[2], s, sizeof(s)), "10.9.0.2:41001");
+    ck_assert_str_eq(sock_addr_str(&addrs[1], s, sizeof(s)), "10.9.0.1:41000");
     /* apart: the root's data address, connected to like the others' */
     table_set(&t[0], 0x0a090003, 42000, BOOT_ROOT_APART);
     ck_assert_int_eq(boot_table_decode(t, sizeof(t), 3, addrs, &apart), FLX_OK);
     ck_assert_int_eq(apart, 1);
-    ck_assert_uint_eq(ntohl(addrs[0].sin_addr.s_addr), 0x0a090003);
-    ck_assert_uint_eq(ntohs(addrs[0].sin_port), 42000);
+    ck_assert_str_eq(sock_addr_str(&addrs[0], s, sizeof(s)), "10.9.0.3:42000");
+    /* an IPv6 member (an address, scope and port round trip) */
+    ck_assert_int_eq(sock_parse_addr("[fd00::5]:41002", &a6), FLX_OK);
+    a6.in6.sin6_scope_id = 7;
+    boot_addr_encode(&a6, &t[2]);
+    ck_assert_int_eq(t[2].family, 6);
+    ck_assert_int_eq(boot_table_decode(t, sizeof(t), 3, addrs, &apart), FLX_OK);
+    ck_assert_int_eq(addrs[2].sa.sa_family, AF_INET6);
+    ck_assert_int_eq(addrs[2].in6.sin6_scope_id, 7);
+    ck_assert_int_eq(sock_addr_port(&addrs[2]), 41002);
+    ck_assert_int_eq(memcmp(&addrs[2].in6.sin6_addr, &a6.in6.sin6_addr, 16), 0);
     /* refused, nothing written: apart without a port, an unknown flag, a
-     * flag on a member's entry, a member without a port, a short table */
+     * flag on a member's entry, a member without a port, an unknown family,
+     * IPv4 with bytes past its 4, a short table */
     apart = -1;
     memset(addrs, 0xab, sizeof(addrs));
     table_set(&t[0], 0x0a090003, 0, BOOT_ROOT_APART);
@@ -712,10 +726,46 @@ START_TEST(test_table_decode)
     table_set(&t[1], 0x0a090001, 0, 0);
     ck_assert_int_eq(boot_table_decode(t, sizeof(t), 3, addrs, &apart), FLX_ERR_PROTOCOL);
     table_set(&t[1], 0x0a090001, 41000, 0);
+    t[1].family = 5;
+    ck_assert_int_eq(boot_table_decode(t, sizeof(t), 3, addrs, &apart), FLX_ERR_PROTOCOL);
+    table_set(&t[1], 0x0a090001, 41000, 0);
+    t[1].ip[9] = 1;
+    ck_assert_int_eq(boot_table_decode(t, sizeof(t), 3, addrs, &apart), FLX_ERR_PROTOCOL);
+    table_set(&t[1], 0x0a090001, 41000, 0);
     ck_assert_int_eq(boot_table_decode(t, sizeof(t) - 1, 3, addrs, &apart), FLX_ERR_PROTOCOL);
     ck_assert_int_eq(apart, -1);
     for (size_t i = 0; i < sizeof(addrs); i++)
         ck_assert_uint_eq(((unsigned char *)addrs)[i], 0xab);
+}
+END_TEST
+
+/* FLX_ROOT's forms: IPv4, [IPv6]; what is refused, and why */
+START_TEST(test_parse_addr)
+{
+    sock_addr_t a;
+    char s[SOCK_ADDR_STRLEN];
+
+    ck_assert_int_eq(sock_parse_addr("127.0.0.1:29400", &a), FLX_OK);
+    ck_assert_int_eq(a.sa.sa_family, AF_INET);
+    ck_assert_str_eq(sock_addr_str(&a, s, sizeof(s)), "127.0.0.1:29400");
+    ck_assert_int_eq(sock_parse_addr("[::1]:29401", &a), FLX_OK);
+    ck_assert_int_eq(a.sa.sa_family, AF_INET6);
+    ck_assert(sock_addr_is_loopback(&a));
+    ck_assert_str_eq(sock_addr_str(&a, s, sizeof(s)), "[::1]:29401");
+    ck_assert_int_eq(sock_parse_addr("[::]:5", &a), FLX_OK);
+    ck_assert(sock_addr_is_any(&a));
+    ck_assert_int_eq(sock_parse_addr("0.0.0.0:5", &a), FLX_OK);
+    ck_assert(sock_addr_is_any(&a));
+    ck_assert(!sock_addr_is_loopback(&a));
+    ck_assert_int_eq(sock_parse_addr("127.0.1.1:5", &a), FLX_OK);
+    ck_assert(sock_addr_is_loopback(&a));
+    ck_assert_int_eq(sock_parse_addr("[::ffff:127.0.0.1]:5", &a), FLX_OK);
+    ck_assert(sock_addr_is_loopback(&a));
+    const char *bad[] = {"::1:29400", "[::1]", "[::1:29400", "[]:5", "[localhost]:5",
+                         "127.0.0.1:+80", "127.0.0.1: 80", "127.0.0.1:0", "127.0.0.1:65536",
+                         "127.0.0.1", ":5", "[::1]:x"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        ck_assert_msg(sock_parse_addr(bad[i], &a) == FLX_ERR_CONFIG, "%s accepted", bad[i]);
 }
 END_TEST
 
@@ -751,6 +801,7 @@ static Suite *auth_suite(void)
     tcase_add_test(tf, test_fd_need);
     tcase_add_test(tf, test_fds_decide);
     tcase_add_test(tf, test_table_decode);
+    tcase_add_test(tf, test_parse_addr);
     suite_add_tcase(s, tf);
     return s;
 }

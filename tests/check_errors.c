@@ -425,7 +425,7 @@ END_TEST
  * real rank 1 arrives; ranks 0 and 1 must form their job regardless */
 static int raw_strangers(int rank, int size, const char *root, void *arg)
 {
-    struct sockaddr_in addr;
+    sock_addr_t addr;
     flx_comm_h comm;
     flx_status_t st;
     float x[3] = {1, 2, 3};
@@ -524,7 +524,7 @@ static void proxy_relay(int down, int up, double t0)
 /* steady: one silent connection every 10 ms for the whole bootstrap (each
  * kept until 3000 later ones were made), from a thread of the proxy */
 typedef struct {
-    struct sockaddr_in root;
+    sock_addr_t root;
     int stop; /* atomic: read by the steady thread */
 } flood_steady_t;
 
@@ -537,8 +537,8 @@ static void *flood_steady(void *p)
     for (int i = 0; i < 3000; i++)
         ring[i] = -1;
     while (!__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-        (void)connect(fd, (struct sockaddr *)&f->root, sizeof(f->root));
+        int fd = socket(f->root.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        (void)connect(fd, &f->root.sa, sock_addr_len(&f->root));
         if (ring[n] >= 0)
             close(ring[n]);
         ring[n] = fd;
@@ -566,7 +566,7 @@ static int raw_flood(int rank, int size, const char *root, void *arg)
 
     (void)size;
     if (rank == 2) {
-        struct sockaddr_in paddr, raddr;
+        sock_addr_t paddr, raddr;
         int lfd, flood[FLOOD_CONNS], nflood = 0, sessions = 0;
         double deadline = flx_time_now() + 70;
         flood_steady_t fs = {.stop = 0};
@@ -684,7 +684,7 @@ static void marker_wait(const char *root)
 /* nine strangers at ADDR; the marker for ROOT is set once all are connected
  * and have sent what they send, before the wrong-secret one waits for its
  * refusal (which a mesh listener gives only once the job has formed) */
-static void strangers_attack(const struct sockaddr_in *addr, int fds[STRANGERS], const char *root)
+static void strangers_attack(const sock_addr_t *addr, int fds[STRANGERS], const char *root)
 {
     static char junk[1 << 20];
     double deadline = flx_time_now() + 5;
@@ -754,14 +754,13 @@ static int capture_stop(int saved, const char *path, const char *pattern)
 }
 
 /* the first listening socket of this process */
-static int find_listener(struct sockaddr_in *addr_p)
+static int find_listener(sock_addr_t *addr_p)
 {
     for (int fd = 3; fd < 1024; fd++) {
         int on = 0;
         socklen_t len = sizeof(on);
-        socklen_t alen = sizeof(*addr_p);
         if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) == 0 && on &&
-            getsockname(fd, (struct sockaddr *)addr_p, &alen) == 0)
+            sock_local_addr(fd, addr_p) == 0)
             return fd;
     }
     return -1;
@@ -777,7 +776,7 @@ typedef struct {
 static void *mesh_attacker(void *arg)
 {
     mesh_attack_t *ma = arg;
-    struct sockaddr_in addr;
+    sock_addr_t addr;
     double end = flx_time_now() + 5;
 
     while (find_listener(&addr) < 0 && flx_time_now() < end)
@@ -799,7 +798,7 @@ static int raw_hostile(int rank, int size, const char *root, void *arg)
     int where = *(int *)arg, saved = -1, rejected = 0, attacked = where == 0 ? 0 : 1;
     char path[] = "/tmp/flx-hostile-XXXXXX";
     mesh_attack_t ma = {.fired = 0, .root = root};
-    struct sockaddr_in addr;
+    sock_addr_t addr;
     flx_comm_h comm;
     flx_status_t st;
     float x[3] = {1, 2, 3};
@@ -884,7 +883,7 @@ static int raw_wrong_secret(int rank, int size, const char *root, void *arg)
  * the member reports a lost peer, not a wrong secret */
 static int raw_root_hangs_up(int rank, int size, const char *root, void *arg)
 {
-    struct sockaddr_in addr;
+    sock_addr_t addr;
     flx_comm_h comm;
     flx_status_t st;
     int lfd, fd;
@@ -967,7 +966,7 @@ enum { XF_RANKS = 3, XF_FAKE = 1 };
 static int fake_member_exchange(int rank, int size, const char *root, int c)
 {
     double deadline = flx_time_now() + 10;
-    struct sockaddr_in raddr, laddr = {.sin_family = AF_INET};
+    sock_addr_t raddr, laddr = {.in = {.sin_family = AF_INET}};
     boot_wire_addr_t w, table[XF_RANKS];
     boot_wire_fds_t bad = {.want = htonl(9), .fit = htonl(2), .limit = htonl(1024),
                            .need = htonl(20)},
@@ -975,7 +974,7 @@ static int fake_member_exchange(int rank, int size, const char *root, int c)
     auth_key_t key;
     int fd = -1, lfd = -1;
 
-    laddr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    laddr.in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     sock_parse_addr(root, &raddr);
     auth_key_derive(MP_SECRET, &key);
     if (sock_connect(&raddr, deadline, &fd) != FLX_OK ||

@@ -144,7 +144,7 @@ echo "$out" | grep -q "FLX_SOCKET_IFNAME=no-such-if0: no such interface" ||
     fail "the missing interface is not named: $out"
 # a malformed FLX_ROOT is refused at once, naming it
 for bad in "127.0.0.1:+80|no valid port" "127.0.0.1: 80|no valid port" "127.0.0.1:0|no valid port" \
-           "127.0.0.1|is not host:port" "[::1]:29400|IPv6 is not supported" "::1:29400|IPv6 is not supported"; do
+           "127.0.0.1|is not host:port" "[::1|is not \\[IPv6 address\\]:port" "::1:29400|an IPv6 address goes in brackets"; do
     root=${bad%%|*} why=${bad#*|}
     out=$(FLX_RANK=1 FLX_SIZE=2 FLX_ROOT=$root FLX_JOB_SECRET=s timeout 60 "$top/flx-example" 2>&1) &&
         fail "FLX_ROOT='$root' accepted: $out"
@@ -191,6 +191,9 @@ echo "$out" | grep -q "only 0 of 1 expected ranks connected within 1 s (the root
 ns_conns() {
     unshare -n sh -s "$@" <<'EOF_NS'
 ip link set lo up && ip addr add 10.9.0.1/32 dev lo label lo:d || exit 3
+# v0: an interface with an IPv6 address only (no veth: the case that needs it says so)
+ip link add v0 type veth peer name v1 2>/dev/null && ip -6 addr add fd00::1/128 dev v0 nodad &&
+    ip link set v0 up && ip link set v1 up
 "$@" >"$ns/run.out" 2>&1 &
 pid=$! i=0
 # 3 ranks, 2 connections a pair: 12 ends
@@ -233,6 +236,24 @@ EOF_NS
         echo "$out" | grep -q "cannot resolve host 'flx-late-root' of 'flx-late-root:23999' yet" &&
         echo "$out" | grep -q "cannot resolve host 'flx-never-root' of 'flx-never-root:23999': .* (still, at FLX_CONNECT_TIMEOUT)" ||
         fail "a root name that comes late, or never: $out"
+    # IPv6: a [::1] root; and data on an interface with an IPv6 address only
+    # (fd00::1 on v0) while the rendezvous is IPv4
+    if unshare -n sh -c 'ip link set lo up && ip -6 addr show dev lo | grep -q "::1/128"'; then
+        out=$(FLX_ROOT="[::1]:$port" FLX_TCP_SOCKETS=2 ns_conns "$top/flxrun" -n 3 $perf 2>&1) ||
+            fail "3 ranks with FLX_ROOT=[::1]: $out"
+        [ "$(echo "$out" | grep -c '\[::1\]:[0-9]* *\[::1\]:')" -eq 12 ] ||
+            fail "FLX_ROOT=[::1]:$port: not 12 data connection ends on [::1]: $out"
+        if unshare -n sh -c 'ip link add v0 type veth peer name v1' 2>/dev/null; then
+            out=$(FLX_SOCKET_IFNAME=v0 FLX_TCP_SOCKETS=2 ns_conns "$top/flxrun" -n 3 $perf 2>&1) ||
+                fail "3 ranks with FLX_SOCKET_IFNAME=v0 (IPv6 only): $out"
+            [ "$(echo "$out" | grep -c '\[fd00::1\]:[0-9]* *\[fd00::1\]:')" -eq 12 ] ||
+                fail "FLX_SOCKET_IFNAME=v0: not 12 data connection ends on [fd00::1]: $out"
+        else
+            echo "(no veth here: FLX_SOCKET_IFNAME on an IPv6-only interface not tested)"
+        fi
+    else
+        echo "(no IPv6 loopback here: the IPv6 tests skipped)"
+    fi
     rm -rf "$ns"
 else
     echo "(not root or no unshare -n: FLX_SOCKET_IFNAME's namespace test skipped)"

@@ -36,12 +36,19 @@ static void print_devices(void)
         perror("getifaddrs");
         return;
     }
-    for (it = ifs; it; it = it->ifa_next) {
-        char ip[INET_ADDRSTRLEN];
-        if (it->ifa_addr == NULL || it->ifa_addr->sa_family != AF_INET)
-            continue;
-        inet_ntop(AF_INET, &((struct sockaddr_in *)it->ifa_addr)->sin_addr, ip, sizeof(ip));
-        printf("  %-12s %-16s %s\n", it->ifa_name, ip, (it->ifa_flags & IFF_UP) ? "up" : "down");
+    /* IPv4 first: it is what FLX_SOCKET_IFNAME takes where an interface has both */
+    for (int pass = 0; pass < 2; pass++) {
+        int family = pass == 0 ? AF_INET : AF_INET6;
+        for (it = ifs; it; it = it->ifa_next) {
+            char ip[INET6_ADDRSTRLEN];
+            const void *a;
+            if (it->ifa_addr == NULL || it->ifa_addr->sa_family != family)
+                continue;
+            a = family == AF_INET ? (const void *)&((struct sockaddr_in *)it->ifa_addr)->sin_addr
+                                  : (const void *)&((struct sockaddr_in6 *)it->ifa_addr)->sin6_addr;
+            inet_ntop(family, a, ip, sizeof(ip));
+            printf("  %-12s %-26s %s\n", it->ifa_name, ip, (it->ifa_flags & IFF_UP) ? "up" : "down");
+        }
     }
     freeifaddrs(ifs);
 }

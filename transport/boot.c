@@ -69,7 +69,7 @@ typedef struct {
         int fd;
         int got_hello;             /* challenge sent, the proof is next */
         uint64_t order;            /* its place in accept order (the oldest: least) */
-        struct sockaddr_in peer;
+        sock_addr_t peer;
         double deadline;
         auth_accept_state_t auth;
     } c[BOOT_MAX_WAITING];
@@ -77,7 +77,7 @@ typedef struct {
 
 static void waiting_drop(boot_t *boot, boot_waiting_t *w, int i, const char *why)
 {
-    char ps[64];
+    char ps[SOCK_ADDR_STRLEN];
 
     flx_warn(INIT, boot->rank, "rejected connection from %s: %s",
              sock_addr_str(&w->c[i].peer, ps, sizeof(ps)), why);
@@ -102,7 +102,7 @@ static void set_lowat(int fd, int bytes)
  * them connects again instead of failing. */
 static void waiting_make_room(boot_t *boot, boot_waiting_t *w)
 {
-    char ps[64];
+    char ps[SOCK_ADDR_STRLEN];
     int victim = -1;
 
     /* by accept order: deadlines, clamped to the bootstrap's, can all be equal */
@@ -127,9 +127,9 @@ static void waiting_make_room(boot_t *boot, boot_waiting_t *w)
 static flx_status_t waiting_accept(boot_t *boot, int lfd, boot_waiting_t *w, double deadline)
 {
     for (int taken = 0; taken < BOOT_MAX_WAITING / 4; taken++) {
-        struct sockaddr_in peer;
+        sock_addr_t peer;
         socklen_t plen = sizeof(peer);
-        int fd = accept4(lfd, (struct sockaddr *)&peer, &plen, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        int fd = accept4(lfd, &peer.sa, &plen, SOCK_CLOEXEC | SOCK_NONBLOCK);
         int err = errno;
 
         if (fd < 0 && err == EMFILE && w->n > 0) {
@@ -170,7 +170,7 @@ static flx_status_t waiting_accept(boot_t *boot, int lfd, boot_waiting_t *w, dou
 /* One step of entry i's handshake, its bytes being there.  1: entry i
  * authenticated (taken out of the set), 0: go on. */
 static int waiting_step(boot_t *boot, boot_waiting_t *w, int i, int *fd_p,
-                        struct sockaddr_in *peer_p, auth_hello_t *hello_p)
+                        sock_addr_t *peer_p, auth_hello_t *hello_p)
 {
     double step_deadline = FLX_MIN(flx_time_now() + 0.1, w->c[i].deadline);
     flx_status_t st;
@@ -201,7 +201,7 @@ static int waiting_step(boot_t *boot, boot_waiting_t *w, int i, int *fd_p,
 
 /* The next connection that passes the handshake, waiting until deadline. */
 static flx_status_t boot_next_peer(boot_t *boot, int lfd, boot_waiting_t *w, double deadline,
-                                   int *fd_p, struct sockaddr_in *peer_p, auth_hello_t *hello_p)
+                                   int *fd_p, sock_addr_t *peer_p, auth_hello_t *hello_p)
 {
     for (;;) {
         struct pollfd pfds[BOOT_MAX_WAITING + 1];
@@ -246,16 +246,15 @@ static flx_status_t boot_next_peer(boot_t *boot, int lfd, boot_waiting_t *w, dou
 static void boot_hello_refused(boot_t *boot, const auth_hello_t *hello, uint16_t purpose,
                                const int *fds, const char *ps, const char *why)
 {
-    struct sockaddr_in first;
-    socklen_t flen = sizeof(first);
-    char fs[64] = "?";
+    sock_addr_t first;
+    char fs[SOCK_ADDR_STRLEN] = "?";
 
     if (hello->size != boot->size) {
         flx_error(INIT, boot->rank, "peer %s claims rank %d of a job of %d ranks; this job has "
                   "%d (FLX_SIZE differs?)", ps, hello->rank, hello->size, boot->size);
     } else if (hello->rank >= 0 && hello->rank < boot->size && hello->rank != boot->rank &&
                fds[hello->rank] >= 0 && hello->purpose == purpose) {
-        if (getpeername(fds[hello->rank], (struct sockaddr *)&first, &flen) == 0)
+        if (sock_peer_addr(fds[hello->rank], &first) == 0)
             sock_addr_str(&first, fs, sizeof(fs));
         flx_error(INIT, boot->rank, "peer %s claims rank %d, which the process at %s already "
                   "holds: two processes claim the rank (FLX_RANK alike, or two jobs with one "
@@ -275,22 +274,20 @@ static flx_status_t boot_accept_loop(boot_t *boot, int lfd, uint16_t purpose, in
     int have = 0;
 
     while (have < count) {
-        struct sockaddr_in peer;
+        sock_addr_t peer;
         auth_hello_t hello;
-        char ps[64];
+        char ps[SOCK_ADDR_STRLEN];
         int fd;
         const char *why;
         flx_status_t st = boot_next_peer(boot, lfd, waiting, deadline, &fd, &peer, &hello);
 
         if (st == FLX_ERR_TIMED_OUT) {
-            struct sockaddr_in at;
-            socklen_t alen = sizeof(at);
+            sock_addr_t at;
             char hint[160] = "";
             /* a host name that resolves to loopback here (Debian's 127.0.1.1
              * line in /etc/hosts): ranks on other hosts cannot come */
             if (purpose == AUTH_PURPOSE_BOOT &&
-                getsockname(lfd, (struct sockaddr *)&at, &alen) == 0 &&
-                (ntohl(at.sin_addr.s_addr) >> 24) == 127)
+                sock_local_addr(lfd, &at) == 0 && sock_addr_is_loopback(&at))
                 snprintf(hint, sizeof(hint), " (the root listens on %s, a loopback address: "
                          "ranks on other hosts cannot reach it; set FLX_ROOT to an address "
                          "they reach, or 0.0.0.0 on rank 0)", sock_addr_str(&at, ps, sizeof(ps)));
@@ -340,32 +337,29 @@ static flx_status_t boot_accept_peers(boot_t *boot, int lfd, uint16_t purpose, i
     return st;
 }
 
-static int boot_is_loopback(struct in_addr a) { return (ntohl(a.s_addr) >> 24) == 127; }
-
 /* Rank 0's data address (see boot.h): FLX_SOCKET_IFNAME's; without it, with
  * the wildcard FLX_ROOT, the local address the members reached (the first
  * that is not loopback, if one is), else FLX_ROOT's.  Apart from FLX_ROOT's
  * address, rank 0 listens there for its data connections (*dfd_p) and sets
  * root_apart; at FLX_ROOT's address lane 1 is the rendezvous connection. */
-static flx_status_t boot_root_data(boot_t *boot, const struct sockaddr_in *root, int *dfd_p)
+static flx_status_t boot_root_data(boot_t *boot, const sock_addr_t *root, int *dfd_p)
 {
-    struct sockaddr_in data = *root;
-    char ds[64], rs[64];
+    sock_addr_t data = *root;
+    char ds[SOCK_ADDR_STRLEN], rs[SOCK_ADDR_STRLEN];
     int found = 0;
     flx_status_t st;
 
     if (boot->cfg.socket_ifname[0]) {
-        st = sock_ifname_addr(boot->cfg.socket_ifname, &data.sin_addr);
+        st = sock_ifname_addr(boot->cfg.socket_ifname, root->sa.sa_family, &data);
         if (st != FLX_OK)
             return st;
-    } else if (root->sin_addr.s_addr == htonl(INADDR_ANY)) {
+    } else if (sock_addr_is_any(root)) {
         for (int r = 1; r < boot->size; r++) {
-            struct sockaddr_in local;
-            socklen_t llen = sizeof(local);
-            if (getsockname(boot->fds[r], (struct sockaddr *)&local, &llen) != 0)
+            sock_addr_t local;
+            if (sock_local_addr(boot->fds[r], &local) != 0)
                 continue;
-            if (!found || (boot_is_loopback(data.sin_addr) && !boot_is_loopback(local.sin_addr)))
-                data.sin_addr = local.sin_addr;
+            if (!found || (sock_addr_is_loopback(&data) && !sock_addr_is_loopback(&local)))
+                data = local;
             found = 1;
         }
         if (!found) {
@@ -373,9 +367,9 @@ static flx_status_t boot_root_data(boot_t *boot, const struct sockaddr_in *root,
             return FLX_ERR_SYSTEM;
         }
     }
-    if (data.sin_addr.s_addr == root->sin_addr.s_addr)
+    if (sock_addr_same_host(&data, root))
         return FLX_OK;
-    data.sin_port = 0;
+    sock_addr_set_port(&data, 0);
     st = sock_listen(&data, boot->size + 16, dfd_p, &data);
     if (st != FLX_OK)
         return st;
@@ -390,7 +384,7 @@ static flx_status_t boot_root_data(boot_t *boot, const struct sockaddr_in *root,
 
 /* Rendezvous at root (listening on *lfd_p), then the address table.  Where
  * rank 0's data address is apart, *dfd_p listens on it. */
-static flx_status_t boot_root(boot_t *boot, const struct sockaddr_in *root, int *lfd_p,
+static flx_status_t boot_root(boot_t *boot, const sock_addr_t *root, int *lfd_p,
                               int *dfd_p, double deadline)
 {
     boot_wire_addr_t *table;
@@ -411,7 +405,7 @@ static flx_status_t boot_root(boot_t *boot, const struct sockaddr_in *root, int 
     for (int r = 0; r < boot->size; r++)
         boot_addr_encode(&boot->addrs[r], &table[r]);
     if (boot->root_apart)
-        table[0].flags = htons(BOOT_ROOT_APART);
+        table[0].flags = BOOT_ROOT_APART;
     for (int r = 1; r < boot->size && st == FLX_OK; r++) {
         st = sock_send_all(boot->fds[r], table, (size_t)boot->size * sizeof(*table), deadline);
         if (st != FLX_OK)
@@ -425,13 +419,13 @@ static flx_status_t boot_root(boot_t *boot, const struct sockaddr_in *root, int 
 /* Connect to addr and authenticate; an acceptor flooded with connections
  * that dropped this one with a busy notice is tried again, after a pause
  * that grows (10 ms doubling to 320 ms, randomised), until deadline. */
-static flx_status_t boot_connect_auth(boot_t *boot, const struct sockaddr_in *addr,
+static flx_status_t boot_connect_auth(boot_t *boot, const sock_addr_t *addr,
                                       uint16_t purpose, double deadline, int *fd_p,
                                       int *connected_p)
 {
     *connected_p = 0;
     for (int tries = 0;; tries++) {
-        char as[64];
+        char as[SOCK_ADDR_STRLEN];
         double pause = (double)(10 << FLX_MIN(tries, 5)) * 1e-3;
         int fd, busy = 0;
         flx_status_t st = sock_connect(addr, deadline, &fd);
@@ -455,13 +449,12 @@ static flx_status_t boot_connect_auth(boot_t *boot, const struct sockaddr_in *ad
     }
 }
 
-static flx_status_t boot_member(boot_t *boot, const struct sockaddr_in *root, int *lfd_p,
+static flx_status_t boot_member(boot_t *boot, const sock_addr_t *root, int *lfd_p,
                                 double deadline)
 {
-    struct sockaddr_in local;
-    socklen_t llen = sizeof(local);
+    sock_addr_t local;
     boot_wire_addr_t w, *table;
-    char rs[64];
+    char rs[SOCK_ADDR_STRLEN];
     int fd, connected;
     flx_status_t st;
 
@@ -482,16 +475,16 @@ static flx_status_t boot_member(boot_t *boot, const struct sockaddr_in *root, in
     }
     boot->fds[0] = fd;
     /* the data listener: on FLX_SOCKET_IFNAME, else where the root is reached */
-    if (getsockname(fd, (struct sockaddr *)&local, &llen) != 0) {
+    if (sock_local_addr(fd, &local) != 0) {
         flx_error(INIT, boot->rank, "getsockname failed: %m");
         return FLX_ERR_SYSTEM;
     }
     if (boot->cfg.socket_ifname[0]) {
-        st = sock_ifname_addr(boot->cfg.socket_ifname, &local.sin_addr);
+        st = sock_ifname_addr(boot->cfg.socket_ifname, root->sa.sa_family, &local);
         if (st != FLX_OK)
             return st;
     }
-    local.sin_port = 0;
+    sock_addr_set_port(&local, 0);
     st = sock_listen(&local, boot->size + 16, lfd_p, &local);
     if (st != FLX_OK)
         return st;
@@ -535,7 +528,7 @@ static flx_status_t boot_mesh(boot_t *boot, int lfd, uint16_t purpose, double de
 {
     int *fds = purpose == AUTH_PURPOSE_MESH2 ? boot->fds2 : boot->fds;
     int from_root = purpose == AUTH_PURPOSE_MESH2 || boot->root_apart;
-    char as[64];
+    char as[SOCK_ADDR_STRLEN];
     flx_status_t st;
 
     for (int j = from_root ? 0 : 1; j < boot->rank; j++) {
@@ -698,7 +691,7 @@ double boot_spin(const boot_t *boot, double spin_s, const char *backend)
 flx_status_t boot_create(int rank, int size, const char *root, const char *secret,
                          const flx_config_t *cfg, int want, boot_t **boot_p)
 {
-    struct sockaddr_in root_addr;
+    sock_addr_t root_addr;
     double deadline = flx_time_now() + cfg->connect_timeout_s;
     boot_t *boot;
     int lfd = -1, dfd = -1;
@@ -736,8 +729,8 @@ flx_status_t boot_create(int rank, int size, const char *root, const char *secre
     if (st != FLX_OK)
         goto err_destroy_boot;
     if (cfg->socket_ifname[0]) { /* before anything waits on it: the root too fails at once */
-        struct in_addr ifaddr;
-        st = sock_ifname_addr(cfg->socket_ifname, &ifaddr);
+        sock_addr_t ifaddr;
+        st = sock_ifname_addr(cfg->socket_ifname, root_addr.sa.sa_family, &ifaddr);
         if (st != FLX_OK)
             goto err_destroy_boot;
     }

@@ -23,6 +23,7 @@
 #include "flexcoll.h"
 #include "common/config.h"
 #include "transport/auth.h"
+#include "transport/sock.h"
 
 #include <netinet/in.h>
 
@@ -33,7 +34,7 @@ typedef struct boot {
     int *fds2;                    /* with lanes 2, the pair's second one        */
     int lanes;                    /* connections per pair of ranks: 1 or 2     */
     int root_apart;               /* rank 0's data address is not FLX_ROOT's   */
-    struct sockaddr_in *addrs;    /* every rank's data address                 */
+    sock_addr_t *addrs;           /* every rank's data address                 */
     int local_size;               /* ranks on this machine (its kernel's boot
                                      id; network namespaces included); all of
                                      them when this rank cannot read its id    */

@@ -4,35 +4,62 @@
 #include <arpa/inet.h>
 #include <string.h>
 
-void boot_addr_encode(const struct sockaddr_in *addr, boot_wire_addr_t *wire_p)
+void boot_addr_encode(const sock_addr_t *addr, boot_wire_addr_t *wire_p)
 {
-    wire_p->ip = addr->sin_addr.s_addr;
-    wire_p->port = addr->sin_port;
-    wire_p->flags = 0;
+    memset(wire_p, 0, sizeof(*wire_p));
+    if (addr->sa.sa_family == AF_INET6) {
+        memcpy(wire_p->ip, &addr->in6.sin6_addr, 16);
+        wire_p->scope = htonl(addr->in6.sin6_scope_id);
+        wire_p->port = addr->in6.sin6_port;
+        wire_p->family = 6;
+    } else {
+        memcpy(wire_p->ip, &addr->in.sin_addr, 4);
+        wire_p->port = addr->in.sin_port;
+        wire_p->family = 4;
+    }
 }
 
-flx_status_t boot_addr_decode(const void *buf, size_t len, struct sockaddr_in *addr_p)
+/* w as an address, flags aside: FLX_ERR_PROTOCOL unless well formed. */
+static flx_status_t wire_addr(const boot_wire_addr_t *w, sock_addr_t *addr_p)
+{
+    static const uint8_t zero[12];
+
+    if (w->port == 0 || (w->family != 4 && w->family != 6))
+        return FLX_ERR_PROTOCOL;
+    if (w->family == 4 && (w->scope != 0 || memcmp(w->ip + 4, zero, sizeof(zero)) != 0))
+        return FLX_ERR_PROTOCOL;
+    memset(addr_p, 0, sizeof(*addr_p));
+    if (w->family == 6) {
+        addr_p->in6.sin6_family = AF_INET6;
+        memcpy(&addr_p->in6.sin6_addr, w->ip, 16);
+        addr_p->in6.sin6_scope_id = ntohl(w->scope);
+        addr_p->in6.sin6_port = w->port;
+    } else {
+        addr_p->in.sin_family = AF_INET;
+        memcpy(&addr_p->in.sin_addr, w->ip, 4);
+        addr_p->in.sin_port = w->port;
+    }
+    return FLX_OK;
+}
+
+flx_status_t boot_addr_decode(const void *buf, size_t len, sock_addr_t *addr_p)
 {
     boot_wire_addr_t w;
 
     if (buf == NULL || len != sizeof(w))
         return FLX_ERR_PROTOCOL;
     memcpy(&w, buf, sizeof(w));
-    if (w.port == 0 || w.flags != 0)
+    if (w.flags != 0)
         return FLX_ERR_PROTOCOL;
-    memset(addr_p, 0, sizeof(*addr_p));
-    addr_p->sin_family = AF_INET;
-    addr_p->sin_addr.s_addr = w.ip;
-    addr_p->sin_port = w.port;
-    return FLX_OK;
+    return wire_addr(&w, addr_p);
 }
 
-flx_status_t boot_table_decode(const void *buf, size_t len, int size,
-                               struct sockaddr_in *addrs, int *apart_p)
+flx_status_t boot_table_decode(const void *buf, size_t len, int size, sock_addr_t *addrs,
+                               int *apart_p)
 {
     const uint8_t *p = buf; /* any alignment: entries are copied out */
     const size_t esz = sizeof(boot_wire_addr_t);
-    struct sockaddr_in a;
+    sock_addr_t a;
     boot_wire_addr_t w;
     int apart;
 
@@ -41,17 +68,17 @@ flx_status_t boot_table_decode(const void *buf, size_t len, int size,
     for (int r = 1; r < size; r++)
         if (boot_addr_decode(p + (size_t)r * esz, esz, &a) != FLX_OK)
             return FLX_ERR_PROTOCOL;
+    /* the root's entry: its data address when apart; otherwise what it
+     * listens on for the rendezvous, which nobody connects to through the
+     * table (the wildcard, say), so only its flags are checked */
     memcpy(&w, p, esz);
-    w.flags = ntohs(w.flags);
-    if (w.flags != 0 && (w.flags != BOOT_ROOT_APART || w.port == 0))
+    if (w.flags != 0 && (w.flags != BOOT_ROOT_APART || wire_addr(&w, &a) != FLX_OK))
         return FLX_ERR_PROTOCOL;
     apart = w.flags == BOOT_ROOT_APART;
     for (int r = 0; r < size; r++) {
         memcpy(&w, p + (size_t)r * esz, esz);
-        memset(&addrs[r], 0, sizeof(addrs[r]));
-        addrs[r].sin_family = AF_INET;
-        addrs[r].sin_addr.s_addr = w.ip;
-        addrs[r].sin_port = w.port;
+        if (wire_addr(&w, &addrs[r]) != FLX_OK) /* the root's, not apart */
+            memset(&addrs[r], 0, sizeof(addrs[r]));
     }
     *apart_p = apart;
     return FLX_OK;

@@ -7,17 +7,22 @@
 
 #include "flexcoll.h"
 #include "transport/auth.h"
+#include "transport/sock.h"
 
 #include <netinet/in.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/* One rank's data address on the wire (network byte order, 8 bytes). */
+/* One rank's data address on the wire (24 bytes; port and scope in
+ * network byte order). */
 typedef struct {
-    uint32_t ip;
+    uint8_t ip[16];  /* IPv4: the first 4 bytes, the rest zero           */
+    uint32_t scope;  /* IPv6 scope id (a link-local address), else 0      */
     uint16_t port;
-    uint16_t flags; /* 0; the root's entry in the table: BOOT_ROOT_APART or 0 */
+    uint8_t family;  /* 4 or 6                                             */
+    uint8_t flags;   /* 0; the root's entry in the table: BOOT_ROOT_APART or 0 */
 } boot_wire_addr_t;
+_Static_assert(sizeof(boot_wire_addr_t) == 24, "boot_wire_addr_t is 24 bytes on the wire");
 
 /* In the root's own entry of the table: the root takes its data
  * connections on this address, apart from the rendezvous (FLX_SOCKET_IFNAME
@@ -25,16 +30,17 @@ typedef struct {
  * a connection of its own and not the rendezvous connection. */
 #define BOOT_ROOT_APART 1
 
-void boot_addr_encode(const struct sockaddr_in *addr, boot_wire_addr_t *wire_p);
-/* FLX_ERR_PROTOCOL (nothing written) unless len is one wire address with
- * a non-zero port and no flags. */
-flx_status_t boot_addr_decode(const void *buf, size_t len, struct sockaddr_in *addr_p);
+void boot_addr_encode(const sock_addr_t *addr, boot_wire_addr_t *wire_p);
+/* FLX_ERR_PROTOCOL (nothing written) unless len is one wire address of
+ * family 4 (no scope, zero padding) or 6, with a non-zero port and no
+ * flags. */
+flx_status_t boot_addr_decode(const void *buf, size_t len, sock_addr_t *addr_p);
 /* The root's table: size wire addresses, rank r's at r.  Every entry but
  * the root's own must decode; the root's has no flags or BOOT_ROOT_APART,
  * and with it decodes as an address too (*apart_p 1; else 0).
  * FLX_ERR_PROTOCOL otherwise, addrs and *apart_p untouched. */
-flx_status_t boot_table_decode(const void *buf, size_t len, int size,
-                               struct sockaddr_in *addrs, int *apart_p);
+flx_status_t boot_table_decode(const void *buf, size_t len, int size, sock_addr_t *addrs,
+                               int *apart_p);
 
 /* May an authenticated HELLO join the job of this rank?  It must be for
  * purpose, of a job of size ranks, from another rank, from a higher rank

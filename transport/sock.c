@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -37,31 +38,98 @@ flx_status_t sock_errno_status(int err)
     }
 }
 
-const char *sock_addr_str(const struct sockaddr_in *addr, char *buf, size_t len)
+socklen_t sock_addr_len(const sock_addr_t *addr)
 {
-    char ip[INET_ADDRSTRLEN] = "?";
+    return addr->sa.sa_family == AF_INET6 ? sizeof(addr->in6) : sizeof(addr->in);
+}
 
-    inet_ntop(AF_INET, &addr->sin_addr, ip, sizeof(ip));
-    snprintf(buf, len, "%s:%u", ip, (unsigned)ntohs(addr->sin_port));
+unsigned sock_addr_port(const sock_addr_t *addr)
+{
+    return ntohs(addr->sa.sa_family == AF_INET6 ? addr->in6.sin6_port : addr->in.sin_port);
+}
+
+void sock_addr_set_port(sock_addr_t *addr, unsigned port)
+{
+    if (addr->sa.sa_family == AF_INET6)
+        addr->in6.sin6_port = htons((uint16_t)port);
+    else
+        addr->in.sin_port = htons((uint16_t)port);
+}
+
+int sock_addr_is_any(const sock_addr_t *addr)
+{
+    if (addr->sa.sa_family == AF_INET6)
+        return IN6_IS_ADDR_UNSPECIFIED(&addr->in6.sin6_addr);
+    return addr->in.sin_addr.s_addr == htonl(INADDR_ANY);
+}
+
+int sock_addr_is_loopback(const sock_addr_t *addr)
+{
+    const struct in6_addr *a6 = &addr->in6.sin6_addr;
+
+    if (addr->sa.sa_family == AF_INET6)
+        return IN6_IS_ADDR_LOOPBACK(a6) || (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
+    return (ntohl(addr->in.sin_addr.s_addr) >> 24) == 127;
+}
+
+int sock_addr_same_host(const sock_addr_t *a, const sock_addr_t *b)
+{
+    if (a->sa.sa_family != b->sa.sa_family)
+        return 0;
+    if (a->sa.sa_family == AF_INET6)
+        return memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, sizeof(a->in6.sin6_addr)) == 0 &&
+               a->in6.sin6_scope_id == b->in6.sin6_scope_id;
+    return a->in.sin_addr.s_addr == b->in.sin_addr.s_addr;
+}
+
+int sock_local_addr(int fd, sock_addr_t *addr_p)
+{
+    socklen_t len = sizeof(*addr_p);
+
+    memset(addr_p, 0, sizeof(*addr_p));
+    return getsockname(fd, &addr_p->sa, &len);
+}
+
+int sock_peer_addr(int fd, sock_addr_t *addr_p)
+{
+    socklen_t len = sizeof(*addr_p);
+
+    memset(addr_p, 0, sizeof(*addr_p));
+    return getpeername(fd, &addr_p->sa, &len);
+}
+
+const char *sock_addr_str(const sock_addr_t *addr, char *buf, size_t len)
+{
+    char ip[INET6_ADDRSTRLEN] = "?", ifname[IF_NAMESIZE + 1] = "";
+
+    if (addr->sa.sa_family == AF_INET6) {
+        inet_ntop(AF_INET6, &addr->in6.sin6_addr, ip, sizeof(ip));
+        if (addr->in6.sin6_scope_id != 0 && if_indextoname(addr->in6.sin6_scope_id, ifname + 1))
+            ifname[0] = '%';
+        snprintf(buf, len, "[%s%s]:%u", ip, ifname, sock_addr_port(addr));
+    } else {
+        inet_ntop(AF_INET, &addr->in.sin_addr, ip, sizeof(ip));
+        snprintf(buf, len, "%s:%u", ip, sock_addr_port(addr));
+    }
     return buf;
 }
 
-flx_status_t sock_parse_addr(const char *hostport, struct sockaddr_in *addr_p)
+flx_status_t sock_parse_addr(const char *hostport, sock_addr_t *addr_p)
 {
     return sock_resolve(hostport, 0.0, addr_p);
 }
 
-flx_status_t sock_resolve(const char *hostport, double deadline, struct sockaddr_in *addr_p)
+flx_status_t sock_resolve(const char *hostport, double deadline, sock_addr_t *addr_p)
 {
-    struct addrinfo hints, *res;
+    struct addrinfo hints, *res, *pick;
     int warned = 0;
     char host[256];
-    const char *colon = strrchr(hostport, ':');
+    const char *colon = strrchr(hostport, ':'), *hbeg = hostport, *hend;
     char *end;
     long port;
     int rc;
 
-    if (colon == NULL || colon == hostport || (size_t)(colon - hostport) >= sizeof(host)) {
+    if (colon == NULL || colon == hostport) {
         flx_error(INIT, -1, "address '%s' is not host:port", hostport);
         return FLX_ERR_CONFIG;
     }
@@ -72,20 +140,35 @@ flx_status_t sock_resolve(const char *hostport, double deadline, struct sockaddr
         flx_error(INIT, -1, "address '%s' has no valid port (1..65535)", hostport);
         return FLX_ERR_CONFIG;
     }
-    memcpy(host, hostport, (size_t)(colon - hostport));
-    host[colon - hostport] = '\0';
-    if (host[0] == '[' || strchr(host, ':') != NULL) {
-        flx_error(INIT, -1, "address '%s': IPv6 is not supported; give an IPv4 address or a "
-                  "host name with an IPv4 address", hostport);
+    hend = colon;
+    if (hostport[0] == '[') { /* [IPv6]:port */
+        if (colon[-1] != ']' || colon - hostport < 3) {
+            flx_error(INIT, -1, "address '%s' is not [IPv6 address]:port", hostport);
+            return FLX_ERR_CONFIG;
+        }
+        hbeg = hostport + 1;
+        hend = colon - 1;
+    } else if (memchr(hostport, ':', (size_t)(colon - hostport)) != NULL) {
+        flx_error(INIT, -1, "address '%s': an IPv6 address goes in brackets, [addr]:port",
+                  hostport);
         return FLX_ERR_CONFIG;
     }
+    if ((size_t)(hend - hbeg) >= sizeof(host)) {
+        flx_error(INIT, -1, "address '%s': the host name is longer than %zu characters",
+                  hostport, sizeof(host) - 1);
+        return FLX_ERR_CONFIG;
+    }
+    memcpy(host, hbeg, (size_t)(hend - hbeg));
+    host[hend - hbeg] = '\0';
     memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_INET;
+    hints.ai_family = hbeg != hostport ? AF_INET6 : AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
+    if (hbeg != hostport)
+        hints.ai_flags = AI_NUMERICHOST;
     /* a name not known yet (a container's DNS record that comes with it,
      * a resolver that does not answer yet) is asked again until deadline */
     while ((rc = getaddrinfo(host, NULL, &hints, &res)) == EAI_NONAME || rc == EAI_AGAIN) {
-        if (flx_time_now() + 0.25 >= deadline)
+        if (hbeg != hostport || flx_time_now() + 0.25 >= deadline)
             break;
         if (!warned++)
             flx_warn(INIT, -1, "cannot resolve host '%s' of '%s' yet (%s): asking again until "
@@ -97,34 +180,66 @@ flx_status_t sock_resolve(const char *hostport, double deadline, struct sockaddr
                   gai_strerror(rc), warned ? " (still, at FLX_CONNECT_TIMEOUT)" : "");
         return FLX_ERR_CONFIG;
     }
-    memcpy(addr_p, res->ai_addr, sizeof(*addr_p));
-    addr_p->sin_port = htons((uint16_t)port);
+    /* IPv4 first: a name with both kinds of address means what it meant
+     * when only IPv4 was understood, on every rank alike */
+    for (pick = res; pick && pick->ai_family != AF_INET; pick = pick->ai_next)
+        ;
+    for (pick = pick ? pick : res; pick && pick->ai_family != AF_INET && pick->ai_family != AF_INET6;)
+        pick = pick->ai_next;
+    if (pick == NULL) {
+        freeaddrinfo(res);
+        flx_error(INIT, -1, "host '%s' of '%s' has no IPv4 or IPv6 address", host, hostport);
+        return FLX_ERR_CONFIG;
+    }
+    memset(addr_p, 0, sizeof(*addr_p));
+    memcpy(addr_p, pick->ai_addr, pick->ai_addrlen);
+    sock_addr_set_port(addr_p, (unsigned)port);
     freeaddrinfo(res);
     return FLX_OK;
 }
 
-flx_status_t sock_ifname_addr(const char *ifname, struct in_addr *addr_p)
+/* Preference of an interface address for sock_ifname_addr: 3 the family
+ * asked for (IPv6: global), 2 its link-local IPv6, 1 the other family's. */
+static int ifaddr_rank(const struct sockaddr *sa, int family)
+{
+    int ll = sa->sa_family == AF_INET6 &&
+             IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+
+    if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)
+        return 0;
+    if (sa->sa_family == family)
+        return ll ? 2 : 3;
+    return 1;
+}
+
+flx_status_t sock_ifname_addr(const char *ifname, int family, sock_addr_t *addr_p)
 {
     struct ifaddrs *ifs, *it;
-    flx_status_t st = FLX_ERR_NOT_FOUND;
+    int best = 0;
 
     if (getifaddrs(&ifs) != 0) {
         flx_error(INIT, -1, "getifaddrs failed: %m");
         return FLX_ERR_SYSTEM;
     }
     for (it = ifs; it; it = it->ifa_next) {
-        if (it->ifa_addr && it->ifa_addr->sa_family == AF_INET &&
-            strcmp(it->ifa_name, ifname) == 0) {
-            *addr_p = ((struct sockaddr_in *)it->ifa_addr)->sin_addr;
-            st = FLX_OK;
-            break;
+        int r = it->ifa_addr && strcmp(it->ifa_name, ifname) == 0
+                    ? ifaddr_rank(it->ifa_addr, family) : 0;
+        if (r > best) {
+            best = r;
+            memset(addr_p, 0, sizeof(*addr_p));
+            memcpy(addr_p, it->ifa_addr, it->ifa_addr->sa_family == AF_INET6
+                                             ? sizeof(struct sockaddr_in6)
+                                             : sizeof(struct sockaddr_in));
         }
     }
     freeifaddrs(ifs);
-    if (st != FLX_OK)
-        flx_error(INIT, -1, "FLX_SOCKET_IFNAME=%s: no such interface with an IPv4 address",
-                  ifname);
-    return st;
+    if (best == 0) {
+        flx_error(INIT, -1, "FLX_SOCKET_IFNAME=%s: no such interface with an IPv4 or IPv6 "
+                  "address", ifname);
+        return FLX_ERR_NOT_FOUND;
+    }
+    sock_addr_set_port(addr_p, 0);
+    return FLX_OK;
 }
 
 static int set_nonblock(int fd)
@@ -149,26 +264,23 @@ void sock_set_bufsize(int fd, size_t bytes)
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
 }
 
-flx_status_t sock_listen(const struct sockaddr_in *addr, int backlog, int *fd_p,
-                         struct sockaddr_in *bound_p)
+flx_status_t sock_listen(const sock_addr_t *addr, int backlog, int *fd_p, sock_addr_t *bound_p)
 {
-    struct sockaddr_in bound;
-    socklen_t blen = sizeof(bound);
-    char as[64];
+    sock_addr_t bound;
+    char as[SOCK_ADDR_STRLEN];
     int one = 1;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
     if (fd < 0) {
         flx_error(NET, -1, "socket() failed: %m");
         return FLX_ERR_SYSTEM;
     }
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, (const struct sockaddr *)addr, sizeof(*addr)) != 0) {
+    if (bind(fd, &addr->sa, sock_addr_len(addr)) != 0) {
         flx_error(NET, -1, "cannot bind %s: %m", sock_addr_str(addr, as, sizeof(as)));
         goto err_close_fd;
     }
-    if (listen(fd, backlog) != 0 || set_nonblock(fd) != 0 ||
-        getsockname(fd, (struct sockaddr *)&bound, &blen) != 0) {
+    if (listen(fd, backlog) != 0 || set_nonblock(fd) != 0 || sock_local_addr(fd, &bound) != 0) {
         flx_error(NET, -1, "cannot listen on %s: %m", sock_addr_str(addr, as, sizeof(as)));
         goto err_close_fd;
     }
@@ -199,13 +311,13 @@ static flx_status_t wait_fd(int fd, short events, double deadline)
     }
 }
 
-flx_status_t sock_connect(const struct sockaddr_in *addr, double deadline, int *fd_p)
+flx_status_t sock_connect(const sock_addr_t *addr, double deadline, int *fd_p)
 {
-    char as[64];
+    char as[SOCK_ADDR_STRLEN];
     int last_err = 0;
 
     while (flx_time_now() < deadline) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         int err = 0;
         socklen_t elen = sizeof(err);
 
@@ -213,7 +325,7 @@ flx_status_t sock_connect(const struct sockaddr_in *addr, double deadline, int *
             flx_error(NET, -1, "socket() failed: %m");
             return FLX_ERR_SYSTEM;
         }
-        if (connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) != 0) {
+        if (connect(fd, &addr->sa, sock_addr_len(addr)) != 0) {
             if (errno != EINPROGRESS) {
                 err = errno;
             } else if (wait_fd(fd, POLLOUT, deadline) != FLX_OK) {
@@ -240,13 +352,13 @@ flx_status_t sock_connect(const struct sockaddr_in *addr, double deadline, int *
                : sock_errno_status(last_err);
 }
 
-flx_status_t sock_accept(int lfd, double deadline, int *fd_p, struct sockaddr_in *peer_p)
+flx_status_t sock_accept(int lfd, double deadline, int *fd_p, sock_addr_t *peer_p)
 {
     for (;;) {
-        struct sockaddr_in peer;
+        sock_addr_t peer;
         socklen_t plen = sizeof(peer);
         flx_status_t st;
-        int fd = accept4(lfd, (struct sockaddr *)&peer, &plen, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        int fd = accept4(lfd, &peer.sa, &plen, SOCK_CLOEXEC | SOCK_NONBLOCK);
 
         if (fd >= 0) {
             sock_set_nodelay(fd);

@@ -73,7 +73,7 @@ static void fuzz_hello(const uint8_t *d, size_t n)
 
 static void fuzz_table(const uint8_t *d, size_t n)
 {
-    struct sockaddr_in addrs[64];
+    sock_addr_t addrs[64];
     int size, apart = -1;
 
     if (n < 1)
@@ -83,7 +83,7 @@ static void fuzz_table(const uint8_t *d, size_t n)
         if (apart != 0 && apart != 1)
             abort();
         for (int r = apart ? 0 : 1; r < size; r++)
-            if (addrs[r].sin_port == 0)
+            if (sock_addr_port(&addrs[r]) == 0)
                 abort();
     } else if (apart != -1) {
         abort();
@@ -153,14 +153,14 @@ static void fuzz_fds(const uint8_t *d, size_t n)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    struct sockaddr_in addr;
+    sock_addr_t addr;
 
     if (size < 1)
         return 0;
     switch (data[0] % 6) {
     case 0: fuzz_hello(data + 1, size - 1); break;
     case 1:
-        if (boot_addr_decode(data + 1, size - 1, &addr) == FLX_OK && addr.sin_port == 0)
+        if (boot_addr_decode(data + 1, size - 1, &addr) == FLX_OK && sock_addr_port(&addr) == 0)
             abort();
         break;
     case 2: fuzz_table(data + 1, size - 1); break;
