@@ -170,6 +170,23 @@ mkset "$tmp/shape2" t10k 2 20 20
 out=$("$top/flx-train" --data "$tmp/shape2" --batch 1 2>&1) && fail "16x25 against 20x20 accepted"
 echo "$out" | grep -q "test images are 20x20 but the training images 16x25" ||
     fail "no clear error for test images of another shape: $out"
+# a FIFO or a directory where a data file should be: one clear error at
+# once (the open of a FIFO waited for a writer forever before)
+mkset "$tmp/fifo" train 4 28 28
+mkset "$tmp/fifo" t10k 2 28 28
+rm "$tmp/fifo/train-labels-idx1-ubyte"
+mkfifo "$tmp/fifo/train-labels-idx1-ubyte"
+out=$(timeout 60 "$top/flx-train" --data "$tmp/fifo" --batch 1 2>&1); rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "a FIFO as the labels: exit $rc: $out"
+echo "$out" | grep -q "cannot read $tmp/fifo/train-labels-idx1-ubyte: not a regular file" ||
+    fail "no clear error for a FIFO as the labels: $out"
+mkset "$tmp/dir" train 4 28 28
+mkset "$tmp/dir" t10k 2 28 28
+rm "$tmp/dir/t10k-labels-idx1-ubyte"
+mkdir "$tmp/dir/t10k-labels-idx1-ubyte.gz"
+out=$(timeout 60 "$top/flx-train" --data "$tmp/dir" --batch 1 2>&1) && fail "a directory as the test labels accepted"
+echo "$out" | grep -q "cannot read $tmp/dir/t10k-labels-idx1-ubyte.gz: not a regular file" ||
+    fail "no clear error for a directory as the test labels: $out"
 # a gzip stream whose trailer (CRC, length) is cut by 8, 4 or 1 bytes: its data all there,
 # and still an error naming the file (zlib's gzread let it pass)
 for cut in 8 4 1; do

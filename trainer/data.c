@@ -4,10 +4,12 @@
 #include "common/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -27,17 +29,33 @@ typedef struct {
 } idx_in_t;
 
 /* open path, else (only if path does not exist) path.gz; -1 (errno set) if
- * neither opens; fills the name tried */
+ * neither opens, or what opens is not a regular file (a FIFO would block
+ * the open until a writer came, a device or a directory reads no file:
+ * errno EINVAL); fills the name tried */
 static int idx_open(idx_in_t *s, const char *dir, const char *name, char *path, size_t len)
 {
-    int c0, c1;
+    struct stat sb;
+    int c0, c1, fd;
 
     memset(s, 0, sizeof(*s));
     snprintf(path, len, "%s/%s", dir, name);
     if (access(path, F_OK) != 0 && errno == ENOENT)
         snprintf(path, len, "%s/%s.gz", dir, name);
-    if ((s->fp = fopen(path, "rb")) == NULL)
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: no wait for a writer */
+    if (fd < 0)
         return -1;
+    if (fstat(fd, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        close(fd);
+        errno = EINVAL;
+        return -1;
+    }
+    if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0 ||
+        (s->fp = fdopen(fd, "rb")) == NULL) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return -1;
+    }
     c0 = getc(s->fp);
     c1 = getc(s->fp);
     rewind(s->fp);
@@ -134,7 +152,12 @@ static flx_status_t idx_read(const char *dir, const char *name, int ndim, uint32
         flx_error(TRAIN, -1, "%s/%s: no memory to read it", dir, name);
         return FLX_ERR_NO_MEMORY;
     }
-    if (idx_open(f, dir, name, path, plen) != 0) {
+    if (idx_open(f, dir, name, path, plen) != 0 && errno == EINVAL) {
+        flx_error(TRAIN, -1, "cannot read %s: not a regular file (a FIFO, a device or a "
+                  "directory)", path);
+        free(f);
+        return FLX_ERR_IO;
+    } else if (f->fp == NULL) {
         flx_error(TRAIN, -1, "cannot open %s: %m (install dataset-fashion-mnist or "
                   "pass --data DIR)", path);
         free(f);
