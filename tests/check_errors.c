@@ -421,7 +421,8 @@ END_TEST
 
 /* ---- strangers at the root --------------------------------------------------- */
 
-/* rank 2 is not a rank: it plays three strangers at the root before the
+/* rank 2 is not a rank: it plays four strangers at the root (one a rank of
+ * an older build, which the root names once) before the
  * real rank 1 arrives; ranks 0 and 1 must form their job regardless */
 static int raw_strangers(int rank, int size, const char *root, void *arg)
 {
@@ -429,11 +430,15 @@ static int raw_strangers(int rank, int size, const char *root, void *arg)
     flx_comm_h comm;
     flx_status_t st;
     float x[3] = {1, 2, 3};
+    char path[] = "/tmp/flx-strangers-XXXXXX";
+    int saved = -1, old_lines;
 
     (void)size;
     (void)arg;
     if (rank == 2) {
-        int fd_garbage, fd_silent, fd_wrong;
+        int fd_garbage, fd_silent, fd_wrong, fd_old;
+        auth_hello_t old = {.purpose = AUTH_PURPOSE_BOOT, .rank = 1, .size = 2};
+        uint8_t wire[AUTH_HELLO_BYTES];
         char junk[64];
         auth_key_t wrong;
         double deadline = flx_time_now() + 10;
@@ -445,6 +450,13 @@ static int raw_strangers(int rank, int size, const char *root, void *arg)
         if (sock_connect(&addr, deadline, &fd_garbage) != FLX_OK)
             return mp_fail(rank, "stranger could not connect");
         sock_send_all(fd_garbage, junk, sizeof(junk), deadline);    /* garbage */
+        /* a rank of an older build: bootstrap protocol version 2 */
+        if (sock_connect(&addr, deadline, &fd_old) != FLX_OK)
+            return mp_fail(rank, "stranger could not connect");
+        auth_hello_encode(&old, wire);
+        wire[4] = 0;
+        wire[5] = 2;
+        sock_send_all(fd_old, wire, sizeof(wire), deadline);
         auth_key_derive("not the secret", &wrong);
         if (sock_connect(&addr, deadline, &fd_wrong) != FLX_OK)
             return mp_fail(rank, "stranger could not connect");
@@ -455,11 +467,17 @@ static int raw_strangers(int rank, int size, const char *root, void *arg)
         close(fd_silent);
         close(fd_garbage);
         close(fd_wrong);
+        close(fd_old);
         return 0;
     }
     if (rank == 1)
         usleep(500000); /* let the strangers in first */
+    if (rank == 0)
+        saved = capture_start(path);
     st = mp_comm_create(rank, 2, root, &comm);
+    if (rank == 0 && (old_lines = capture_stop(saved, path, "a flexcoll whose bootstrap protocol "
+                                               "is version 2, this one's 3")) != 1)
+        return mp_fail(rank, "%d lines name the older build, not 1", old_lines);
     if (st != FLX_OK)
         return mp_fail(rank, "comm_create with strangers around: %s", flx_status_string(st));
     st = flx_allreduce(comm, x, x, 3, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO);

@@ -28,6 +28,11 @@ void auth_hello_encode(const auth_hello_t *hello, uint8_t out[AUTH_HELLO_BYTES])
     memcpy(out + 16, hello->nonce, AUTH_NONCE_BYTES);
 }
 
+int auth_hello_version(const uint8_t in[AUTH_HELLO_BYTES])
+{
+    return get32(in) == AUTH_MAGIC ? (int)(get32(in + 4) >> 16) : -1;
+}
+
 flx_status_t auth_hello_decode(const uint8_t in[AUTH_HELLO_BYTES], auth_hello_t *hello_p)
 {
     uint32_t vp = get32(in + 4);

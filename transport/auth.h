@@ -21,7 +21,9 @@
 #define AUTH_MAGIC 0x464c5842u /* "FLXB" */
 #define AUTH_BUSY_MAGIC 0x464c5857u /* "FLXW": in place of a challenge, "too busy, try again" */
 #define AUTH_VERDICT_BUSY 2         /* in place of the verdict, the same */
-#define AUTH_VERSION 2 /* 2: the ranks agree on connections per pair before the mesh */
+/* 2: the ranks agree on connections per pair before the mesh; 3: IPv6
+ * addresses in the table, and rank 0's data apart from the rendezvous */
+#define AUTH_VERSION 3
 
 /* MESH2: the mesh's second connection of a pair (FLX_TCP_SOCKETS=2) */
 enum { AUTH_PURPOSE_BOOT = 1, AUTH_PURPOSE_MESH = 2, AUTH_PURPOSE_MESH2 = 3 };
@@ -43,6 +45,8 @@ void auth_key_derive(const char *secret, auth_key_t *key_p);
  * purpose and returns FLX_ERR_PROTOCOL for anything else. */
 void auth_hello_encode(const auth_hello_t *hello, uint8_t out[AUTH_HELLO_BYTES]);
 flx_status_t auth_hello_decode(const uint8_t in[AUTH_HELLO_BYTES], auth_hello_t *hello_p);
+/* The protocol version of a HELLO with flexcoll's magic; -1 without it. */
+int auth_hello_version(const uint8_t in[AUTH_HELLO_BYTES]);
 /* Run the connector's side on connected fd.  FLX_ERR_AUTH when the
  * acceptor cannot prove the secret or refuses ours. */
 flx_status_t auth_connect(int fd, const auth_key_t *key, uint16_t purpose, int rank,

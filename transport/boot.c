@@ -193,6 +193,16 @@ static int waiting_step(boot_t *boot, boot_waiting_t *w, int i, int *fd_p,
             return 1;
         }
     }
+    if (!w->c[i].got_hello && st == FLX_ERR_PROTOCOL &&
+        auth_hello_version(w->c[i].auth.wire) > 0 &&
+        auth_hello_version(w->c[i].auth.wire) != AUTH_VERSION) {
+        char why[160];
+        snprintf(why, sizeof(why), "a flexcoll whose bootstrap protocol is version %d, this "
+                 "one's %d (run one build on every rank)", auth_hello_version(w->c[i].auth.wire),
+                 AUTH_VERSION);
+        waiting_drop(boot, w, i, why);
+        return 0;
+    }
     waiting_drop(boot, w, i, st == FLX_ERR_AUTH ? "wrong job secret"
                              : st == FLX_ERR_PEER_LOST ? "closed during the handshake"
                                                        : flx_status_string(st));
@@ -283,14 +293,15 @@ static flx_status_t boot_accept_loop(boot_t *boot, int lfd, uint16_t purpose, in
 
         if (st == FLX_ERR_TIMED_OUT) {
             sock_addr_t at;
-            char hint[160] = "";
+            char hint[256] = "";
             /* a host name that resolves to loopback here (Debian's 127.0.1.1
              * line in /etc/hosts): ranks on other hosts cannot come */
             if (purpose == AUTH_PURPOSE_BOOT &&
                 sock_local_addr(lfd, &at) == 0 && sock_addr_is_loopback(&at))
                 snprintf(hint, sizeof(hint), " (the root listens on %s, a loopback address: "
-                         "ranks on other hosts cannot reach it; set FLX_ROOT to an address "
-                         "they reach, or 0.0.0.0 on rank 0)", sock_addr_str(&at, ps, sizeof(ps)));
+                         "if the missing ranks run on other hosts, they cannot reach it; set "
+                         "FLX_ROOT to an address they reach, or 0.0.0.0 on rank 0)",
+                         sock_addr_str(&at, ps, sizeof(ps)));
             flx_error(INIT, boot->rank,
                       "bootstrap: only %d of %d expected ranks connected within %.0f s%s",
                       have, count, boot->cfg.connect_timeout_s, hint);
@@ -382,6 +393,38 @@ static flx_status_t boot_root_data(boot_t *boot, const sock_addr_t *root, int *d
     return FLX_OK;
 }
 
+/* A rank whose data address is loopback (it reached rank 0 over loopback:
+ * FLX_ROOT's host resolves to one on rank 0's host, as a host's own name
+ * does on Debian, 127.0.1.1; or FLX_SOCKET_IFNAME=lo) cannot be reached by
+ * a rank on another host -- one whose rendezvous connection came from an
+ * address that is not rank 0's.  Stop the job now, saying so, rather than
+ * at FLX_CONNECT_TIMEOUT in the mesh. */
+static flx_status_t boot_check_loopback(boot_t *boot)
+{
+    char ls[SOCK_ADDR_STRLEN], rs[SOCK_ADDR_STRLEN];
+    int lo = -1, remote = -1;
+    sock_addr_t from;
+
+    for (int r = 0; r < boot->size && lo < 0; r++)
+        if (sock_addr_is_loopback(&boot->addrs[r]))
+            lo = r;
+    for (int r = 1; r < boot->size && lo >= 0 && remote < 0; r++)
+        if (sock_peer_addr(boot->fds[r], &from) == 0 && sock_addr_is_local(&from) == 0)
+            remote = r;
+    if (remote < 0)
+        return FLX_OK;
+    flx_error(INIT, 0, "bootstrap: rank %d takes its data connections on %s, a loopback "
+              "address, and rank %d runs on another host (it came from %s), which cannot reach "
+              "it: %s; set FLX_SOCKET_IFNAME on every rank, or FLX_ROOT to an address that is "
+              "not loopback on any host", lo, sock_addr_str(&boot->addrs[lo], ls, sizeof(ls)),
+              remote, sock_addr_str(&from, rs, sizeof(rs)),
+              lo == 0 ? "FLX_SOCKET_IFNAME names a loopback interface on rank 0"
+                      : "it reached rank 0 over loopback (FLX_ROOT's host resolves to a loopback "
+                        "address on rank 0's host, as a host's own name does on Debian) or its "
+                        "FLX_SOCKET_IFNAME names one");
+    return FLX_ERR_CONFIG;
+}
+
 /* Rendezvous at root (listening on *lfd_p), then the address table.  Where
  * rank 0's data address is apart, *dfd_p listens on it. */
 static flx_status_t boot_root(boot_t *boot, const sock_addr_t *root, int *lfd_p,
@@ -389,7 +432,11 @@ static flx_status_t boot_root(boot_t *boot, const sock_addr_t *root, int *lfd_p,
 {
     boot_wire_addr_t *table;
     flx_status_t st;
+    size_t n;
 
+    if (boot->size < 2) /* boot_create keeps a job of one from here */
+        return FLX_ERR_INVALID_ARG;
+    n = (size_t)boot->size;
     st = sock_listen(root, boot->size + 16, lfd_p, NULL);
     if (st != FLX_OK)
         return st;
@@ -397,9 +444,11 @@ static flx_status_t boot_root(boot_t *boot, const sock_addr_t *root, int *lfd_p,
     st = boot_accept_peers(boot, *lfd_p, AUTH_PURPOSE_BOOT, boot->size - 1, deadline);
     if (st == FLX_OK)
         st = boot_root_data(boot, root, dfd_p);
+    if (st == FLX_OK)
+        st = boot_check_loopback(boot);
     if (st != FLX_OK)
         return st;
-    table = calloc((size_t)boot->size, sizeof(*table));
+    table = calloc(n, sizeof(*table));
     if (table == NULL)
         return FLX_ERR_NO_MEMORY;
     for (int r = 0; r < boot->size; r++)
@@ -407,7 +456,7 @@ static flx_status_t boot_root(boot_t *boot, const sock_addr_t *root, int *lfd_p,
     if (boot->root_apart)
         table[0].flags = BOOT_ROOT_APART;
     for (int r = 1; r < boot->size && st == FLX_OK; r++) {
-        st = sock_send_all(boot->fds[r], table, (size_t)boot->size * sizeof(*table), deadline);
+        st = sock_send_all(boot->fds[r], table, n * sizeof(*table), deadline);
         if (st != FLX_OK)
             flx_error(INIT, 0, "bootstrap: cannot send the address table to rank %d: %s", r,
                       flx_status_string(st));

@@ -70,7 +70,8 @@ _Static_assert(sizeof(boot_wire_fds_t) == 16, "boot_wire_fds_t is 16 bytes on th
  * other size - 1 ranks, open_now being open already (the rendezvous
  * connection(s) and the listener among them: the root's size - 1
  * rendezvous connections and a member's one to the root become lane 1's
- * connections to them), plus BOOT_FD_SPARE.  Pure. */
+ * connections to them, or, with the root's data apart, close before lane 1
+ * is made anew, one for one), plus BOOT_FD_SPARE.  Pure. */
 long boot_fd_need(int rank, int size, int lanes, long open_now);
 /* The most connections per pair (2, 1 or 0) that fit under limit.  Pure. */
 int boot_fd_fit(int rank, int size, long open_now, long limit);
