@@ -986,6 +986,7 @@ static int fake_member_exchange(int rank, int size, const char *root, int c)
     double deadline = flx_time_now() + 10;
     sock_addr_t raddr, laddr = {.in = {.sin_family = AF_INET}};
     boot_wire_addr_t w, table[XF_RANKS];
+    boot_wire_host_t host = {.boot_id = ""}; /* unknown */
     boot_wire_fds_t bad = {.want = htonl(9), .fit = htonl(2), .limit = htonl(1024),
                            .need = htonl(20)},
                     all[XF_RANKS];
@@ -1002,6 +1003,7 @@ static int fake_member_exchange(int rank, int size, const char *root, int c)
         return mp_fail(rank, "fake member: cannot listen");
     boot_addr_encode(&laddr, &w);
     if (sock_send_all(fd, &w, sizeof(w), deadline) != FLX_OK ||
+        sock_send_all(fd, &host, sizeof(host), deadline) != FLX_OK ||
         sock_recv_all(fd, table, sizeof(table), deadline) != FLX_OK)
         return mp_fail(rank, "fake member: no address table");
     if (c == 1) {

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -318,7 +319,10 @@ static flx_status_t boot_accept_loop(boot_t *boot, int lfd, uint16_t purpose, in
         }
         if (purpose == AUTH_PURPOSE_BOOT) {
             boot_wire_addr_t w;
+            boot_wire_host_t *hosts = boot->hosts;
             st = sock_recv_all(fd, &w, sizeof(w), deadline);
+            if (st == FLX_OK)
+                st = sock_recv_all(fd, &hosts[hello.rank], sizeof(*hosts), deadline);
             if (st == FLX_OK)
                 st = boot_addr_decode(&w, sizeof(w), &boot->addrs[hello.rank]);
             if (st != FLX_OK) {
@@ -393,30 +397,63 @@ static flx_status_t boot_root_data(boot_t *boot, const sock_addr_t *root, int *d
     return FLX_OK;
 }
 
+/* This process's machine and network namespace (boot_wire_host_t). */
+static void boot_host_id(boot_wire_host_t *h)
+{
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    struct stat sb;
+
+    memset(h, 0, sizeof(*h));
+    if (f) {
+        if (fgets(h->boot_id, sizeof(h->boot_id), f) == NULL)
+            h->boot_id[0] = '\0';
+        fclose(f);
+    }
+    if (h->boot_id[0] && stat("/proc/self/ns/net", &sb) == 0) {
+        uint64_t ino = (uint64_t)sb.st_ino;
+        for (int i = 0; i < 8; i++)
+            h->netns[i] = (uint8_t)(ino >> (56 - 8 * i));
+    } else {
+        memset(h, 0, sizeof(*h));
+    }
+}
+
+/* Two ranks that run in different network namespaces (on different
+ * machines, or apart on one): neither reaches the other's loopback.  0 if
+ * either is unknown. */
+static int boot_hosts_apart(const boot_wire_host_t *a, const boot_wire_host_t *b)
+{
+    return a->boot_id[0] && b->boot_id[0] && memcmp(a, b, sizeof(*a)) != 0;
+}
+
 /* A rank whose data address is loopback (it reached rank 0 over loopback:
  * FLX_ROOT's host resolves to one on rank 0's host, as a host's own name
  * does on Debian, 127.0.1.1; or FLX_SOCKET_IFNAME=lo) cannot be reached by
- * a rank on another host -- one whose rendezvous connection came from an
- * address that is not rank 0's.  Stop the job now, saying so, rather than
- * at FLX_CONNECT_TIMEOUT in the mesh. */
+ * a rank in another network namespace, on another host or not (the boot id
+ * and namespace each rank sent; not the addresses they came from, which a
+ * proxy or NAT changes).  Stop the job now, saying so, rather than at
+ * FLX_CONNECT_TIMEOUT in the mesh. */
 static flx_status_t boot_check_loopback(boot_t *boot)
 {
-    char ls[SOCK_ADDR_STRLEN], rs[SOCK_ADDR_STRLEN];
+    const boot_wire_host_t *hosts = boot->hosts;
+    char ls[SOCK_ADDR_STRLEN], rs[SOCK_ADDR_STRLEN] = "?";
     int lo = -1, remote = -1;
     sock_addr_t from;
 
     for (int r = 0; r < boot->size && lo < 0; r++)
         if (sock_addr_is_loopback(&boot->addrs[r]))
             lo = r;
-    for (int r = 1; r < boot->size && lo >= 0 && remote < 0; r++)
-        if (sock_peer_addr(boot->fds[r], &from) == 0 && sock_addr_is_local(&from) == 0)
+    for (int r = 0; r < boot->size && lo >= 0 && remote < 0; r++)
+        if (boot_hosts_apart(&hosts[r], &hosts[lo]))
             remote = r;
     if (remote < 0)
         return FLX_OK;
+    if (remote == 0 || sock_peer_addr(boot->fds[remote], &from) != 0)
+        from = boot->addrs[remote];
     flx_error(INIT, 0, "bootstrap: rank %d takes its data connections on %s, a loopback "
-              "address, and rank %d runs on another host (it came from %s), which cannot reach "
-              "it: %s; set FLX_SOCKET_IFNAME on every rank, or FLX_ROOT to an address that is "
-              "not loopback on any host", lo, sock_addr_str(&boot->addrs[lo], ls, sizeof(ls)),
+              "address, and rank %d runs on another host or network namespace (at %s), which "
+              "cannot reach it: %s; set FLX_SOCKET_IFNAME on every rank, or FLX_ROOT to an "
+              "address that is not loopback on any host", lo, sock_addr_str(&boot->addrs[lo], ls, sizeof(ls)),
               remote, sock_addr_str(&from, rs, sizeof(rs)),
               lo == 0 ? "FLX_SOCKET_IFNAME names a loopback interface on rank 0"
                       : "it reached rank 0 over loopback (FLX_ROOT's host resolves to a loopback "
@@ -437,6 +474,10 @@ static flx_status_t boot_root(boot_t *boot, const sock_addr_t *root, int *lfd_p,
     if (boot->size < 2) /* boot_create keeps a job of one from here */
         return FLX_ERR_INVALID_ARG;
     n = (size_t)boot->size;
+    boot->hosts = calloc(n, sizeof(boot_wire_host_t));
+    if (boot->hosts == NULL)
+        return FLX_ERR_NO_MEMORY;
+    boot_host_id(boot->hosts);
     st = sock_listen(root, boot->size + 16, lfd_p, NULL);
     if (st != FLX_OK)
         return st;
@@ -498,11 +539,36 @@ static flx_status_t boot_connect_auth(boot_t *boot, const sock_addr_t *addr,
     }
 }
 
+static int boot_link_local(const sock_addr_t *a)
+{
+    return a->sa.sa_family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&a->in6.sin6_addr);
+}
+
+/* A link-local IPv6 address in the table names its interface by the index
+ * on the rank that sent it; here it is this rank's own: its data
+ * address's, or its rendezvous connection's, where that is link-local (a
+ * link-local job is one link). */
+static void boot_local_scopes(boot_t *boot, const sock_addr_t *mine)
+{
+    sock_addr_t rdv;
+    uint32_t scope = 0;
+
+    if (boot_link_local(mine))
+        scope = mine->in6.sin6_scope_id;
+    else if (sock_local_addr(boot->fds[0], &rdv) == 0 && boot_link_local(&rdv))
+        scope = rdv.in6.sin6_scope_id;
+    for (int r = 0; r < boot->size && scope != 0; r++)
+        if (boot_link_local(&boot->addrs[r]))
+            boot->addrs[r].in6.sin6_scope_id = scope;
+}
+
 static flx_status_t boot_member(boot_t *boot, const sock_addr_t *root, int *lfd_p,
                                 double deadline)
 {
     sock_addr_t local;
     boot_wire_addr_t w, *table;
+    boot_wire_host_t host;
+    uint8_t out[sizeof(boot_wire_addr_t) + sizeof(boot_wire_host_t)];
     char rs[SOCK_ADDR_STRLEN];
     int fd, connected;
     flx_status_t st;
@@ -538,16 +604,20 @@ static flx_status_t boot_member(boot_t *boot, const sock_addr_t *root, int *lfd_
     if (st != FLX_OK)
         return st;
     boot_addr_encode(&local, &w);
-    st = sock_send_all(fd, &w, sizeof(w), deadline);
-    if (st != FLX_OK)
-        return st;
-    table = calloc((size_t)boot->size, sizeof(*table));
-    if (table == NULL)
+    boot_host_id(&host);
+    memcpy(out, &w, sizeof(w)); /* one send: the address, then the host */
+    memcpy(out + sizeof(w), &host, sizeof(host));
+    st = sock_send_all(fd, out, sizeof(out), deadline);
+    table = st == FLX_OK ? calloc((size_t)boot->size, sizeof(*table)) : NULL;
+    if (st == FLX_OK && table == NULL)
         return FLX_ERR_NO_MEMORY;
-    st = sock_recv_all(fd, table, (size_t)boot->size * sizeof(*table), deadline);
+    if (st == FLX_OK) /* a root that stopped the job may reset the connection already */
+        st = sock_recv_all(fd, table, (size_t)boot->size * sizeof(*table), deadline);
     if (st == FLX_OK)
         st = boot_table_decode(table, (size_t)boot->size * sizeof(*table), boot->size,
                                boot->addrs, &boot->root_apart);
+    if (st == FLX_OK)
+        boot_local_scopes(boot, &local);
     free(table);
     if (st == FLX_ERR_PEER_LOST)
         flx_error(INIT, boot->rank, "bootstrap: the root closed the connection before sending "
@@ -790,6 +860,8 @@ flx_status_t boot_create(int rank, int size, const char *root, const char *secre
         close(lfd);
         lfd = dfd;
     }
+    free(boot->hosts);
+    boot->hosts = NULL;
     if (st == FLX_OK)
         st = boot_agree_lanes(boot, want, deadline);
     if (st == FLX_OK && boot->root_apart)
@@ -827,6 +899,7 @@ void boot_destroy(boot_t *boot)
     free(boot->fds);
     free(boot->fds2);
     free(boot->addrs);
+    free(boot->hosts);
     sodium_memzero(&boot->key, sizeof(boot->key));
     free(boot);
 }

@@ -35,6 +35,8 @@ typedef struct boot {
     int lanes;                    /* connections per pair of ranks: 1 or 2     */
     int root_apart;               /* rank 0's data address is not FLX_ROOT's   */
     sock_addr_t *addrs;           /* every rank's data address                 */
+    void *hosts;                  /* rank 0 at the rendezvous: every rank's
+                                     boot_wire_host_t, else NULL               */
     int local_size;               /* ranks on this machine (its kernel's boot
                                      id; network namespaces included); all of
                                      them when this rank cannot read its id    */

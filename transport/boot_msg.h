@@ -30,6 +30,15 @@ _Static_assert(sizeof(boot_wire_addr_t) == 24, "boot_wire_addr_t is 24 bytes on 
  * a connection of its own and not the rendezvous connection. */
 #define BOOT_ROOT_APART 1
 
+/* The machine and network namespace a rank runs in, sent after its data
+ * address at the rendezvous: its kernel's boot id and the inode of its
+ * network namespace.  All zero: unknown (no /proc). */
+typedef struct {
+    char boot_id[40];
+    uint8_t netns[8];
+} boot_wire_host_t;
+_Static_assert(sizeof(boot_wire_host_t) == 48, "boot_wire_host_t is 48 bytes on the wire");
+
 void boot_addr_encode(const sock_addr_t *addr, boot_wire_addr_t *wire_p);
 /* FLX_ERR_PROTOCOL (nothing written) unless len is one wire address of
  * family 4 (no scope, zero padding) or 6, with a non-zero port and no

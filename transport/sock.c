@@ -111,20 +111,37 @@ int sock_addr_is_local(const sock_addr_t *addr)
     return local;
 }
 
+/* An IPv4-mapped IPv6 address (an IPv4 peer of an IPv6 wildcard socket)
+ * as the IPv4 address it is: a rank without IPv6 can connect to it. */
+static void addr_unmap(sock_addr_t *a)
+{
+    if (a->sa.sa_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&a->in6.sin6_addr)) {
+        sock_addr_t v4 = {.in = {.sin_family = AF_INET, .sin_port = a->in6.sin6_port}};
+        memcpy(&v4.in.sin_addr, a->in6.sin6_addr.s6_addr + 12, 4);
+        *a = v4;
+    }
+}
+
 int sock_local_addr(int fd, sock_addr_t *addr_p)
 {
     socklen_t len = sizeof(*addr_p);
+    int rc;
 
     memset(addr_p, 0, sizeof(*addr_p));
-    return getsockname(fd, &addr_p->sa, &len);
+    rc = getsockname(fd, &addr_p->sa, &len);
+    addr_unmap(addr_p);
+    return rc;
 }
 
 int sock_peer_addr(int fd, sock_addr_t *addr_p)
 {
     socklen_t len = sizeof(*addr_p);
+    int rc;
 
     memset(addr_p, 0, sizeof(*addr_p));
-    return getpeername(fd, &addr_p->sa, &len);
+    rc = getpeername(fd, &addr_p->sa, &len);
+    addr_unmap(addr_p);
+    return rc;
 }
 
 const char *sock_addr_str(const sock_addr_t *addr, char *buf, size_t len)
@@ -228,17 +245,16 @@ flx_status_t sock_resolve(const char *hostport, double deadline, sock_addr_t *ad
 }
 
 /* Preference of an interface address for sock_ifname_addr: 3 the family
- * asked for (IPv6: global), 2 its link-local IPv6, 1 the other family's. */
+ * asked for, 2 the other family's, 1 a link-local IPv6 one (it names the
+ * interface by this host's index: other hosts need their own). */
 static int ifaddr_rank(const struct sockaddr *sa, int family)
 {
-    int ll = sa->sa_family == AF_INET6 &&
-             IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)sa)->sin6_addr);
-
     if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)
         return 0;
-    if (sa->sa_family == family)
-        return ll ? 2 : 3;
-    return 1;
+    if (sa->sa_family == AF_INET6 &&
+        IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)sa)->sin6_addr))
+        return 1;
+    return sa->sa_family == family ? 3 : 2;
 }
 
 flx_status_t sock_ifname_addr(const char *ifname, int family, sock_addr_t *addr_p)
@@ -305,6 +321,10 @@ flx_status_t sock_listen(const sock_addr_t *addr, int backlog, int *fd_p, sock_a
         return FLX_ERR_SYSTEM;
     }
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (addr->sa.sa_family == AF_INET6) { /* [::] takes IPv4 too, whatever bindv6only says */
+        int zero = 0;
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    }
     if (bind(fd, &addr->sa, sock_addr_len(addr)) != 0) {
         flx_error(NET, -1, "cannot bind %s: %m", sock_addr_str(addr, as, sizeof(as)));
         goto err_close_fd;

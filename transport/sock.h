@@ -27,7 +27,7 @@ flx_status_t sock_parse_addr(const char *hostport, sock_addr_t *addr_p);
 flx_status_t sock_resolve(const char *hostport, double deadline, sock_addr_t *addr_p);
 /* An address of interface ifname (name or IPv4 label as getifaddrs gives
  * it), port 0: of family if it has one (AF_INET or AF_INET6), else of the
- * other; IPv6 global before link-local. */
+ * other; a link-local IPv6 one last. */
 flx_status_t sock_ifname_addr(const char *ifname, int family, sock_addr_t *addr_p);
 /* Listening socket bound to addr (port 0: any); actual address in bound_p. */
 flx_status_t sock_listen(const sock_addr_t *addr, int backlog, int *fd_p, sock_addr_t *bound_p);
@@ -43,7 +43,8 @@ void sock_set_bufsize(int fd, size_t bytes);
 /* "a.b.c.d:port" or "[v6%scope]:port" into buf (SOCK_ADDR_STRLEN holds any). */
 #define SOCK_ADDR_STRLEN 80
 const char *sock_addr_str(const sock_addr_t *addr, char *buf, size_t len);
-/* The local (getsockname) or peer (getpeername) address of fd; 0 or -1. */
+/* The local (getsockname) or peer (getpeername) address of fd, an
+ * IPv4-mapped IPv6 one as IPv4; 0 or -1. */
 int sock_local_addr(int fd, sock_addr_t *addr_p);
 int sock_peer_addr(int fd, sock_addr_t *addr_p);
 /* Size of the family's sockaddr. */
