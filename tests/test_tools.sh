@@ -223,16 +223,23 @@ if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null && command -v ss >/dev/null
     # waited for FLX_CONNECT_TIMEOUT before).
     na=flx-a-$$ nb=flx-b-$$
     trap 'ip netns del "$na" 2>/dev/null; ip netns del "$nb" 2>/dev/null' EXIT
-    if ip netns add "$na" 2>/dev/null && ip netns add "$nb" &&
-       ip link add va netns "$na" type veth peer name vb netns "$nb" 2>/dev/null; then
-        ip -n "$na" link set lo up; ip -n "$nb" link set lo up
-        ip -n "$na" addr add 10.11.0.1/24 dev va; ip -n "$nb" addr add 10.11.0.2/24 dev vb
-        ip -n "$na" link set va up; ip -n "$nb" link set vb up
+    # nsenter, not ip netns exec (it remounts /, which fails where / is not a
+    # mount point: a chroot, where ip netns add does not make working
+    # namespaces either); skipped unless the set-up is seen to work: B
+    # reaches A's address
+    if { ip netns add "$na" && ip netns add "$nb" &&
+         ip link add va netns "$na" type veth peer name vb netns "$nb" &&
+         ip -n "$na" link set lo up && ip -n "$nb" link set lo up &&
+         ip -n "$na" addr add 10.11.0.1/24 dev va && ip -n "$nb" addr add 10.11.0.2/24 dev vb &&
+         ip -n "$na" link set va up && ip -n "$nb" link set vb up &&
+         nsenter --net=/run/netns/"$nb" ip -4 addr show dev vb | grep -q 10.11.0.2 &&
+         nsenter --net=/run/netns/"$nb" ip route get 10.11.0.1 | grep -q "dev vb"; } >/dev/null 2>&1
+    then
         t0=$(date +%s)
         for r in 0 1 2; do
             case $r in 0) n=$na root=0.0.0.0 ;; 1) n=$na root=127.0.0.1 ;; 2) n=$nb root=10.11.0.1 ;; esac
             FLX_RANK=$r FLX_SIZE=3 FLX_ROOT=$root:$port FLX_JOB_SECRET=s FLX_CONNECT_TIMEOUT=30s \
-                timeout 60 ip netns exec "$n" "$top/flx-example" >"$ns/lo.$r" 2>&1 &
+                timeout 60 nsenter --net=/run/netns/"$n" "$top/flx-example" >"$ns/lo.$r" 2>&1 &
         done
         wait
         ip netns del "$na"; ip netns del "$nb"; trap - EXIT

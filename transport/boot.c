@@ -475,8 +475,10 @@ static flx_status_t boot_root(boot_t *boot, const sock_addr_t *root, int *lfd_p,
         return FLX_ERR_INVALID_ARG;
     n = (size_t)boot->size;
     boot->hosts = calloc(n, sizeof(boot_wire_host_t));
-    if (boot->hosts == NULL)
+    if (boot->hosts == NULL) {
+        flx_error(INIT, 0, "bootstrap: no memory for %d ranks' host ids", boot->size);
         return FLX_ERR_NO_MEMORY;
+    }
     boot_host_id(boot->hosts);
     st = sock_listen(root, boot->size + 16, lfd_p, NULL);
     if (st != FLX_OK)
@@ -766,22 +768,19 @@ static flx_status_t boot_agree_lanes(boot_t *boot, int want, double deadline)
     return st;
 }
 
-#define BOOT_ID_BYTES 40 /* /proc/sys/kernel/random/boot_id: 36 characters */
+#define BOOT_ID_BYTES sizeof(((boot_wire_host_t *)0)->boot_id)
 
 /* The ranks of this job on this machine: those with its kernel's boot id
  * (network namespaces share it, and share the cores).  An unreadable id
  * counts every rank as local: backends then take the cautious choice. */
 static flx_status_t boot_local_ranks(boot_t *boot)
 {
-    char id[BOOT_ID_BYTES] = {0}, *all = calloc((size_t)boot->size, BOOT_ID_BYTES);
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    boot_wire_host_t host;
+    const char *id = host.boot_id;
+    char *all = calloc((size_t)boot->size, BOOT_ID_BYTES);
     flx_status_t st;
 
-    if (f) {
-        if (fgets(id, sizeof(id), f) == NULL)
-            id[0] = '\0';
-        fclose(f);
-    }
+    boot_host_id(&host);
     if (all == NULL) {
         flx_error(INIT, boot->rank, "bootstrap: no memory for %d boot ids", boot->size);
         return FLX_ERR_NO_MEMORY;

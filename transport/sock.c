@@ -82,35 +82,6 @@ int sock_addr_same_host(const sock_addr_t *a, const sock_addr_t *b)
     return a->in.sin_addr.s_addr == b->in.sin_addr.s_addr;
 }
 
-int sock_addr_is_local(const sock_addr_t *addr)
-{
-    struct ifaddrs *ifs, *it;
-    sock_addr_t a = *addr, ifa;
-    int local = 0;
-
-    if (a.sa.sa_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&a.in6.sin6_addr)) {
-        memset(&a, 0, sizeof(a));
-        a.in.sin_family = AF_INET;
-        memcpy(&a.in.sin_addr, addr->in6.sin6_addr.s6_addr + 12, 4);
-    }
-    if (sock_addr_is_loopback(&a))
-        return 1;
-    if (getifaddrs(&ifs) != 0)
-        return -1;
-    for (it = ifs; it && !local; it = it->ifa_next) {
-        if (it->ifa_addr == NULL ||
-            (it->ifa_addr->sa_family != AF_INET && it->ifa_addr->sa_family != AF_INET6))
-            continue;
-        memset(&ifa, 0, sizeof(ifa));
-        memcpy(&ifa, it->ifa_addr, it->ifa_addr->sa_family == AF_INET6
-                                       ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
-        /* a link-local peer carries its scope; the interface's own too */
-        local = sock_addr_same_host(&ifa, &a);
-    }
-    freeifaddrs(ifs);
-    return local;
-}
-
 /* An IPv4-mapped IPv6 address (an IPv4 peer of an IPv6 wildcard socket)
  * as the IPv4 address it is: a rank without IPv6 can connect to it. */
 static void addr_unmap(sock_addr_t *a)
@@ -122,27 +93,21 @@ static void addr_unmap(sock_addr_t *a)
     }
 }
 
-int sock_local_addr(int fd, sock_addr_t *addr_p)
+/* fd's local (peer 0) or peer address, unmapped */
+static int fd_addr(int fd, int peer, sock_addr_t *addr_p)
 {
     socklen_t len = sizeof(*addr_p);
     int rc;
 
     memset(addr_p, 0, sizeof(*addr_p));
-    rc = getsockname(fd, &addr_p->sa, &len);
+    rc = peer ? getpeername(fd, &addr_p->sa, &len) : getsockname(fd, &addr_p->sa, &len);
     addr_unmap(addr_p);
     return rc;
 }
 
-int sock_peer_addr(int fd, sock_addr_t *addr_p)
-{
-    socklen_t len = sizeof(*addr_p);
-    int rc;
+int sock_local_addr(int fd, sock_addr_t *addr_p) { return fd_addr(fd, 0, addr_p); }
 
-    memset(addr_p, 0, sizeof(*addr_p));
-    rc = getpeername(fd, &addr_p->sa, &len);
-    addr_unmap(addr_p);
-    return rc;
-}
+int sock_peer_addr(int fd, sock_addr_t *addr_p) { return fd_addr(fd, 1, addr_p); }
 
 const char *sock_addr_str(const sock_addr_t *addr, char *buf, size_t len)
 {

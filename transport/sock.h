@@ -57,9 +57,5 @@ void sock_addr_set_port(sock_addr_t *addr, unsigned port);
 int sock_addr_is_any(const sock_addr_t *addr);
 int sock_addr_is_loopback(const sock_addr_t *addr);
 int sock_addr_same_host(const sock_addr_t *a, const sock_addr_t *b);
-/* An address of this machine (loopback, or one of its interfaces'; an
- * IPv4-mapped IPv6 address as its IPv4 one): 1, 0, or -1 if the interfaces
- * cannot be listed. */
-int sock_addr_is_local(const sock_addr_t *addr);
 
 #endif
