@@ -20,6 +20,8 @@ echo "$out" | grep -q "busy-poll 50 us" && fail "1 rank took the short spin: $ou
 "$top/flx-info" | grep -q "build features: tcp" || fail "flx-info has no feature line"
 "$top/flx-info" | grep -q "^# flex defaults: weight 0.6, gain floor 0.45" ||
     fail "flx-info does not show flex's defaults"
+"$top/flx-info" | grep -q "^# flx-train --policy flex: local steps" ||
+    fail "flx-info does not say that flx-train's flex takes local steps"
 "$top/flx-info" | grep -q "^# transports: tcp (2 connections per pair of ranks" ||
     fail "flx-info does not show the tcp connections per pair"
 "$top/flx-info" | grep -q "1 where a rank's open-file limit holds only 1" ||

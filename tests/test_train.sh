@@ -32,9 +32,31 @@ for pol in dense topk-ag artopk powersgd accordion gravac selsync flex; do
         train "$n" "$pol" --interval 20
     done
 done
+# flex (local steps, the default) skipped some steps and synced others
+grep -q ",flex,skip," "$tmp/flex-3.csv" || fail "flex never took a local step"
+grep -q ",flex,dense-ring,\|,flex,dense-tree,\|,flex,artopk,\|,flex,topk-ag," "$tmp/flex-3.csv" ||
+    fail "flex never synced"
 # flex actually compresses when the weight asks for speed (above its default gain floor)
 train 3 flex --weight 1 --interval 20
 grep -q ",flex,artopk,\|,flex,topk-ag," "$tmp/flex-3.csv" || fail "flex --weight 1 never compressed"
+# ... and without local steps: the controller syncs every step's gradient
+train 3 flex --weight 1 --interval 20 --local-steps off
+grep -q ",flex,skip," "$tmp/flex-3.csv" && fail "flex --local-steps off skipped a step"
+grep -q ",flex,artopk,\|,flex,topk-ag," "$tmp/flex-3.csv" ||
+    fail "flex --local-steps off --weight 1 never compressed"
+# the drift sync is SelSync's weight average when the controller keeps everything (weight 0:
+# dense): x = xref - mean(xref - x_i) = mean(x_i) up to rounding, at the same steps
+sel=$(train 3 selsync --delta 0.3) || { echo "$sel"; exit 1; }
+fd=$(train 3 flex --delta 0.3 --weight 0) || { echo "$fd"; exit 1; }
+ns=$(awk -F, '$5 == "selsync" && $6 == "dense-ring"' "$tmp/selsync-3.csv" | wc -l)
+nf=$(awk -F, '$5 == "flex" && ($6 == "dense-ring" || $6 == "dense-tree")' "$tmp/flex-3.csv" | wc -l)
+nc=$(awk -F, '$5 == "flex" && ($6 == "artopk" || $6 == "topk-ag")' "$tmp/flex-3.csv" | wc -l)
+[ "$nc" -eq 0 ] || fail "flex --weight 0 compressed $nc syncs"
+awk -v a="$ns" -v b="$nf" 'BEGIN { d = a - b; exit !(a >= 5 && d <= 2 && d >= -2) }' ||
+    fail "selsync synced $ns times, flex --weight 0 $nf (same test, same delta)"
+awk -v a="${sel#*accuracy }" -v b="${fd#*accuracy }" 'BEGIN { a += 0; b += 0; d = a - b; exit !(d < 1 && d > -1) }' ||
+    fail "selsync and flex --weight 0 differ by a point or more: $sel / $fd"
+echo "selsync $ns syncs, flex --weight 0 $nf"
 # without flex's default gain floor (--min-gain 0) it still learns and compresses
 train 3 flex --weight 1 --interval 20 --min-gain 0
 grep -q ",flex,artopk,\|,flex,topk-ag," "$tmp/flex-3.csv" || fail "flex --min-gain 0 never compressed"
@@ -52,7 +74,12 @@ echo "$mc_on"
 mc_off=$(train 3 topk-ag --momentum-correction off) || { echo "$mc_off"; exit 1; }
 [ "${mc_on#*accuracy}" != "${mc_off#*accuracy}" ] ||
     fail "--momentum-correction on changed nothing: $mc_on / $mc_off"
-train 3 flex --weight 1 --interval 20 --momentum-correction on
+train 3 flex --weight 1 --interval 20 --momentum-correction on --local-steps off
+out=$("$top/flx-train" --synthetic --policy flex --momentum-correction on 2>&1) &&
+    fail "momentum correction with flex's local steps accepted"
+echo "$out" | grep -q "add --local-steps off" || fail "no clear error for flex local steps + momentum correction: $out"
+out=$("$top/flx-train" --synthetic --policy flex --local-steps maybe 2>&1) && fail "--local-steps maybe accepted"
+echo "$out" | grep -q "bad value 'maybe' for --local-steps" || fail "no clear error for --local-steps maybe: $out"
 out=$("$top/flx-train" --synthetic --epochs 1 --max-steps 5 --model mlp:16 --policy topk-ag \
       --momentum-correction on 2>&1) || fail "momentum correction, 1 rank: $out"
 echo "$out" | grep -q "policy topk-ag with momentum correction" || fail "no momentum correction line: $out"
@@ -218,12 +245,15 @@ echo "$out" | grep -q "^\[0\] flx-train: rank 0: another rank could not load the
     fail "rank 0 does not say that another rank has no data: $out"
 echo "$out" | grep -q "^\[1\] .*$tmp/r1/t10k-labels-idx1-ubyte" ||
     fail "rank 1 does not name its missing file: $out"
-# selsync: a gradient that overflows stops every rank with one clear error
-# (NaN would not compare alike on every rank)
-out=$("$top/flxrun" -n 3 --timeout 120 "$top/flx-train" --synthetic --model mlp:64 --batch 32 \
-      --policy selsync --lr 100 --epochs 3 2>&1) && fail "selsync went on with NaN: $out"
-echo "$out" | grep -q "selsync: this rank's gradient holds NaN or Inf: every rank stops" ||
-    fail "no clear error for a NaN gradient under selsync: $out"
+# selsync and flex's local steps: a gradient that overflows stops every rank with one clear
+# error (NaN would not compare alike on every rank), at the step after it (the agreement is
+# taken one step late)
+for pol in selsync flex; do
+    out=$("$top/flxrun" -n 3 --timeout 120 "$top/flx-train" --synthetic --model mlp:64 --batch 32 \
+          --policy $pol --lr 100 --epochs 3 2>&1) && fail "$pol went on with NaN: $out"
+    echo "$out" | grep -q "$pol: this rank's gradient holds NaN or Inf: every rank stops" ||
+        fail "no clear error for a NaN gradient under $pol: $out"
+done
 # an unwritable step log: every rank stops at once with a clear error (rank 1
 # reported a lost peer in the first sync before)
 out=$("$top/flxrun" -n 2 --timeout 60 "$top/flx-train" --synthetic --model mlp:64 \

@@ -225,6 +225,9 @@ int main(int argc, char **argv)
     for (int f = 0; f < ctl.nfractions; f++)
         printf(" %g", ctl.fractions[f]);
     printf("\n");
+    printf("# flx-train --policy flex: local steps, SelSync's test picks the steps that sync and "
+           "the controller syncs the drift since the last sync (--local-steps off: every "
+           "step's gradient); its defaults in flx-train --help\n");
     print_devices();
 #ifdef FLX_HAVE_VERBS
     ib_dev_print(stdout);

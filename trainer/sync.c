@@ -6,12 +6,20 @@
  *              transfer overlaps the backprop of the layers below it
  *   topk-ag, artopk, powersgd
  *              one flx_gsync over the whole gradient, static settings
- *   accordion, gravac, flex
+ *   accordion, gravac, and flex with --local-steps off
  *              flx_ctl (controller/), one decision per step
  *   selsync    every rank steps on its own gradient; the ranks agree on
  *              the largest relative change of the smoothed gradient norm,
  *              and when it is >= delta (or interval steps went by without
  *              a sync) they average the weights
+ *   flex       (local steps, the default) SelSync's test decides when the
+ *              ranks sync and the controller how: every rank steps on its
+ *              own gradient, and on a step that syncs the ranks' drift
+ *              from the weights of the last sync, xref - x, goes through
+ *              flx_ctl_step (dense or Top-k with error feedback, as the
+ *              controller picks); every rank then sets x = xref - mean
+ *              drift, the same bits everywhere (local SGD with compressed
+ *              model differences, as Qsparse-local-SGD)
  */
 #include "trainer/sync.h"
 #include "compress/cmp.h"
@@ -20,6 +28,7 @@
 #include "common/time.h"
 #include "common/util.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +36,20 @@
 
 #define SYNC_MAX_BUCKETS 64
 #define SELSYNC_SMOOTH 0.25 /* weight of the newest norm in SelSync's EWMA */
+/* flex with local steps: the controller's gain floor and kept fractions.
+ * What it compresses is a drift summed over the local steps since the
+ * last sync, whose energy is less concentrated than one gradient's: on 4
+ * Fashion-MNIST ranks the controller's logs gave AR-Topk 0.1 gains of
+ * 0.29-0.39, the allgather at 0.033 0.18-0.29, AR-Topk 0.033 0.14-0.24
+ * and the fractions below 0.12-0.13, and under the 0.45 of gradient steps
+ * no compressed candidate qualified at most syncs (dense, 1 s each, in 14
+ * of 70 syncs at 100 Mbit).  Run statically at delta 0.2, AR-Topk 0.1
+ * ended at 85.91% and the allgather at 0.033 at 85.92% (dense 86.10%);
+ * AR-Topk 0.033 (delta 0.1) at 84.99%.  At 100 Mbit, one run each: floor
+ * 0.25 with every fraction 85.62%, floor 0.3 85.68%, {0.1, 0.033} with
+ * floor 0.25 85.71%, with floor 0.3 85.80% (dense 86.22%) */
+#define SYNC_LOCAL_MIN_GAIN 0.3
+static const double sync_local_fractions[] = {0.1, 0.033};
 
 typedef struct {
     int seg_lo, seg_hi;      /* segments [seg_lo, seg_hi], contiguous     */
@@ -48,11 +71,19 @@ struct sync {
     flx_gsync_h gs;
     /* controller policies */
     flx_ctl_h ctl;
-    /* selsync */
+    /* selsync, and flex's local steps */
     double norm_ema;
     double norm_ref; /* norm_ema at the last synchronisation (-1: none yet) */
     int since_sync;
     int sync_now;
+    /* flex's local steps */
+    int local;
+    float *xref;         /* the weights at the last sync, the same on every rank */
+    double step_compute; /* this step's compute time, for the controller         */
+    /* the agreement of the norm test: started at one step, taken at the next */
+    flx_request_h norm_req;
+    double norm_send[2], norm_agreed[2]; /* largest change, any NaN / Inf    */
+    int bad_sent;                         /* this rank's gradient had NaN    */
     /* summary since the last sync_summary */
     long steps, by_coll[9];
     double kept_sum;
@@ -183,6 +214,14 @@ flx_status_t sync_create(flx_comm_h comm, nn_t *nn, const sync_opts_t *o, sync_t
         if (o->min_gain >= 0) {
             co.field_mask |= FLX_CTL_OPT_MIN_GAIN;
             co.min_gain = o->min_gain;
+        } else if (o->policy == POL_FLEX && o->local_steps) {
+            co.field_mask |= FLX_CTL_OPT_MIN_GAIN;
+            co.min_gain = SYNC_LOCAL_MIN_GAIN;
+        }
+        if (o->policy == POL_FLEX && o->local_steps) {
+            co.field_mask |= FLX_CTL_OPT_FRACTIONS;
+            co.nfractions = (int)(sizeof(sync_local_fractions) / sizeof(sync_local_fractions[0]));
+            memcpy(co.fractions, sync_local_fractions, sizeof(sync_local_fractions));
         }
         if (o->ctl_log) {
             co.field_mask |= FLX_CTL_OPT_LOG_PATH;
@@ -195,6 +234,19 @@ flx_status_t sync_create(flx_comm_h comm, nn_t *nn, const sync_opts_t *o, sync_t
         for (int i = nseg; i < nn_nsegments(nn); i++)
             co.segments[nseg - 1] += nn_segment(nn, i).len;
         st = flx_ctl_create(comm, s->n, &co, &s->ctl);
+        if (st == FLX_OK && o->policy == POL_FLEX && o->local_steps) {
+            s->local = 1;
+            s->norm_ema = -1;
+            s->norm_ref = -1;
+            s->xref = malloc(s->n * sizeof(float));
+            if (s->xref == NULL) {
+                flx_error(TRAIN, s->rank, "flex: no memory for the %zu weights of the last "
+                          "sync (local steps)", s->n);
+                st = FLX_ERR_NO_MEMORY;
+            } else {
+                memcpy(s->xref, nn_params(nn), s->n * sizeof(float));
+            }
+        }
         break;
     }
     case POL_SELSYNC:
@@ -214,15 +266,27 @@ flx_status_t sync_create(flx_comm_h comm, nn_t *nn, const sync_opts_t *o, sync_t
 
 flx_status_t sync_destroy(sync_t *s)
 {
-    flx_status_t st;
+    flx_status_t st, ret = FLX_OK;
 
     if (s == NULL)
         return FLX_OK;
     for (int b = 0; b < s->nbuckets; b++)
         if (s->bucket[b].req)
             flx_wait(s->bucket[b].req);
+    if (s->norm_req) { /* the last step's agreement: a NaN there still stops the run */
+        flx_status_t w = flx_wait(s->norm_req);
+        if (w == FLX_OK && s->norm_agreed[1]) {
+            flx_error(TRAIN, s->rank, "%s: %s gradient held NaN or Inf at the last step",
+                      policy_name(s->o.policy), s->bad_sent ? "this rank's" : "another rank's");
+            w = FLX_ERR_INVALID_ARG;
+        }
+        ret = w;
+    }
     flx_gsync_destroy(s->gs);
     st = flx_ctl_destroy(s->ctl); /* its decision log, if any, closed */
+    if (st == FLX_OK)
+        st = ret;
+    free(s->xref);
     free(s);
     return st;
 }
@@ -299,42 +363,116 @@ static flx_status_t sync_dense(sync_t *s, sync_report_t *r)
     return st;
 }
 
-static flx_status_t sync_selsync(sync_t *s, sync_report_t *r)
+/* sum of squares, in double over float blocks (cblas_sdot is vectorised) */
+static double sync_sq_norm(const float *g, size_t n)
 {
-    const float *g = nn_grads(s->nn);
-    double sq = 0, norm, prev = s->norm_ema, change, v[2], t0 = flx_time_now();
+    double sq = 0;
+
+    for (size_t i = 0; i < n; i += 65536) {
+        int m = (int)FLX_MIN(n - i, (size_t)65536);
+        sq += cblas_sdot(m, g + i, 1, g + i, 1);
+    }
+    return sq;
+}
+
+/* SelSync's test, for selsync and flex's local steps: whether this step
+ * syncs (s->sync_now, the same on every rank).  The ranks agree on the
+ * largest change with a non-blocking allreduce started at each step and
+ * taken at the next, so a step decides on the change one step old (the
+ * first step waits for its own): a blocking one made every step wait for
+ * the slowest rank, 4.9 ms a step on 4 ranks sharing 2 cores.  A rank
+ * whose gradient holds NaN or Inf zeroes it (its update stays finite),
+ * says so in the agreement, and every rank stops at the next step. */
+static flx_status_t sync_norm_test(sync_t *s, sync_report_t *r)
+{
+    float *g = nn_grads(s->nn);
+    double norm, prev = s->norm_ema, a[2], t0 = flx_time_now();
+    int bad;
     flx_status_t st = FLX_OK;
 
-    for (size_t i = 0; i < s->n; i++)
-        sq += (double)g[i] * g[i];
-    norm = sqrt(sq);
-    v[1] = !isfinite(norm); /* NaN would not compare alike on every rank */
-    if (!v[1])
+    norm = sqrt(sync_sq_norm(g, s->n));
+    bad = !isfinite(norm); /* NaN would not compare alike on every rank */
+    if (bad)
+        memset(g, 0, s->n * sizeof(float));
+    else
         s->norm_ema = prev < 0 ? norm : (1 - SELSYNC_SMOOTH) * prev + SELSYNC_SMOOTH * norm;
-    /* the change of the smoothed norm since the last synchronisation (from
-     * one step to the next it moves by only SELSYNC_SMOOTH times the raw
-     * change, so a falling norm could never reach delta) */
-    v[0] = v[1] ? 0 : s->norm_ref > 0 ? fabs(s->norm_ema - s->norm_ref) / s->norm_ref : INFINITY;
     r->decide_s = flx_time_now() - t0;
     t0 = flx_time_now();
-    if (s->N > 1) /* the largest change decides for everyone */
-        st = flx_allreduce(s->comm, v, v, 2, FLX_FLOAT64, FLX_MAX, FLX_ALGO_AUTO);
+    if (s->norm_req) { /* the last step's, normally here already */
+        st = flx_wait(s->norm_req);
+        s->norm_req = NULL;
+        a[0] = s->norm_agreed[0];
+        a[1] = s->norm_agreed[1];
+    } else { /* first step: this step's own, waited for */
+        a[0] = bad ? 0 : s->norm_ref > 0 ? fabs(s->norm_ema - s->norm_ref) / s->norm_ref
+                                         : INFINITY;
+        a[1] = bad;
+        s->bad_sent = bad;
+        if (s->N > 1)
+            st = flx_allreduce(s->comm, a, a, 2, FLX_FLOAT64, FLX_MAX, FLX_ALGO_AUTO);
+    }
     r->agree_s = flx_time_now() - t0;
-    change = v[0];
-    if (st == FLX_OK && v[1]) {
-        flx_error(TRAIN, s->rank, "selsync: %s gradient holds NaN or Inf: every rank stops",
-                  isfinite(norm) ? "another rank's" : "this rank's");
+    r->change = a[0];
+    if (st == FLX_OK && a[1]) {
+        flx_error(TRAIN, s->rank, "%s: %s gradient holds NaN or Inf: every rank stops",
+                  policy_name(s->o.policy), s->bad_sent ? "this rank's" : "another rank's");
         st = FLX_ERR_INVALID_ARG;
     }
-    s->sync_now = st == FLX_OK && s->N > 1 &&
-                  (change >= s->o.delta || s->since_sync + 1 >= s->o.interval);
+    if (st != FLX_OK)
+        return st;
+    s->sync_now = s->N > 1 && (a[0] >= s->o.delta || s->since_sync + 1 >= s->o.interval);
     if (s->sync_now)
         s->norm_ref = s->norm_ema;
+    if (s->N > 1) { /* this step's change since the last sync, for the next step */
+        /* (from one step to the next the smoothed norm moves by only
+         * SELSYNC_SMOOTH times the raw change, so a falling norm could
+         * never reach delta: the change is from the last sync's) */
+        s->norm_send[0] = bad ? 0 : fabs(s->norm_ema - s->norm_ref) / s->norm_ref;
+        s->norm_send[1] = bad;
+        s->bad_sent = bad;
+        st = flx_iallreduce(s->comm, s->norm_send, s->norm_agreed, 2, FLX_FLOAT64, FLX_MAX,
+                            FLX_ALGO_AUTO, &s->norm_req);
+    }
     r->synced = s->sync_now;
-    r->collective = s->sync_now ? "dense-ring" : "skip";
+    r->collective = s->sync_now ? "dense-ring" : "skip"; /* flex: set by the sync */
     r->kept = s->sync_now ? 1 : 0;
     r->gain = 1;
     return st;
+}
+
+static void sync_ctl_report(sync_report_t *r, const flx_ctl_report_t *c)
+{
+    r->collective = c->collective == FLX_GSYNC_COLL_ALLREDUCE ? dense_name(c->algo)
+                    : c->collective == FLX_GSYNC_COLL_ALLGATHER ? "topk-ag"
+                                                                : "artopk";
+    r->kept = c->kept_fraction;
+    r->bytes = (double)c->sync.bytes_sent;
+    r->select_s = c->sync.select_s + c->sync.decompress_s;
+    r->comm_s = c->sync.comm_s;
+    r->decide_s += c->decide_s;
+    r->agree_s += c->agree_s;
+    r->gain = c->sync.gain;
+    r->critical = c->critical;
+}
+
+/* flex, a step that syncs (after every rank's own update): the drift from
+ * the last sync's weights through the controller, then x = xref - mean */
+static flx_status_t sync_drift(sync_t *s, sync_report_t *r)
+{
+    float *x = nn_params(s->nn), *d = nn_grads(s->nn); /* the gradient is spent */
+    flx_ctl_report_t c;
+    flx_status_t st;
+
+    for (size_t i = 0; i < s->n; i++)
+        d[i] = s->xref[i] - x[i];
+    /* scored as a step: this step's compute, the sync's selection and comm */
+    st = flx_ctl_step(s->ctl, d, s->step_compute, &c);
+    if (st != FLX_OK)
+        return st;
+    sync_ctl_report(r, &c);
+    for (size_t i = 0; i < s->n; i++)
+        x[i] = s->xref[i] -= d[i];
+    return FLX_OK;
 }
 
 flx_status_t sync_gradients(sync_t *s, double compute_s, sync_report_t *r)
@@ -343,6 +481,7 @@ flx_status_t sync_gradients(sync_t *s, double compute_s, sync_report_t *r)
 
     memset(r, 0, sizeof(*r));
     r->synced = 1;
+    r->change = -1;
     switch (s->o.policy) {
     case POL_DENSE:
         st = sync_dense(s, r);
@@ -364,32 +503,28 @@ flx_status_t sync_gradients(sync_t *s, double compute_s, sync_report_t *r)
         r->gain = g.gain;
         break;
     }
+    case POL_FLEX:
+        if (s->local) { /* the sync, if any, after the update */
+            s->step_compute = compute_s;
+            st = sync_norm_test(s, r);
+            break;
+        }
+        /* fall through */
     case POL_ACCORDION:
-    case POL_GRAVAC:
-    case POL_FLEX: {
+    case POL_GRAVAC: {
         flx_ctl_report_t c;
 
         st = flx_ctl_step(s->ctl, nn_grads(s->nn), compute_s, &c);
-        r->collective = c.collective == FLX_GSYNC_COLL_ALLREDUCE ? dense_name(c.algo)
-                        : c.collective == FLX_GSYNC_COLL_ALLGATHER ? "topk-ag"
-                                                                    : "artopk";
-        r->kept = c.kept_fraction;
-        r->bytes = (double)c.sync.bytes_sent;
-        r->select_s = c.sync.select_s + c.sync.decompress_s;
-        r->comm_s = c.sync.comm_s;
-        r->decide_s = c.decide_s;
-        r->agree_s = c.agree_s;
-        r->gain = c.sync.gain;
-        r->critical = c.critical;
+        sync_ctl_report(r, &c);
         break;
     }
     case POL_SELSYNC:
-        st = sync_selsync(s, r);
+        st = sync_norm_test(s, r);
         break;
     default:
         st = FLX_ERR_INVALID_ARG;
     }
-    if (st == FLX_OK && s->o.policy != POL_SELSYNC)
+    if (st == FLX_OK && s->o.policy != POL_SELSYNC && !s->local)
         sync_count(s, r);
     return st;
 }
@@ -399,12 +534,20 @@ flx_status_t sync_after_update(sync_t *s, sync_report_t *r)
     flx_status_t st;
     double t0;
 
-    if (s->o.policy != POL_SELSYNC)
+    if (s->o.policy != POL_SELSYNC && !s->local)
         return FLX_OK;
     if (!s->sync_now) {
         s->since_sync++;
         sync_count(s, r);
         return FLX_OK;
+    }
+    if (s->local) {
+        st = sync_drift(s, r);
+        if (st == FLX_OK) {
+            s->since_sync = 0;
+            sync_count(s, r);
+        }
+        return st;
     }
     t0 = flx_time_now();
     st = flx_allreduce(s->comm, nn_params(s->nn), nn_params(s->nn), s->n, FLX_FLOAT32, FLX_AVG,
@@ -426,7 +569,7 @@ void sync_mask_velocity(sync_t *s, const sync_report_t *r, float *velocity)
 {
     const float *e;
 
-    if (!r->synced || r->kept >= 1)
+    if (!r->synced || r->kept >= 1 || s->local) /* local: the velocity stays each rank's */
         return;
     e = s->gs ? flx_gsync_residual(s->gs) : flx_ctl_residual(s->ctl);
     if (e == NULL)

@@ -15,7 +15,7 @@ typedef enum {
     POL_ACCORDION, /* critical regime: low / high compression              */
     POL_GRAVAC,    /* gain threshold, throughput x gain                    */
     POL_SELSYNC,   /* skip sync while the gradient norm changes little     */
-    POL_FLEX,      /* the controller                                       */
+    POL_FLEX,      /* the controller (with SelSync's test: local steps)    */
     POL_COUNT
 } policy_t;
 
@@ -29,7 +29,8 @@ typedef struct {
     double weight;        /* flex: weight of time (< 0: default)          */
     double eta;           /* accordion / flex: critical threshold         */
     int interval;         /* accordion / flex: steps per critical test    */
-    double delta;         /* selsync: relative norm change that syncs     */
+    double delta;         /* selsync, flex local: norm change that syncs  */
+    int local_steps;      /* flex: SelSync's test decides when to sync    */
     double min_gain;      /* gravac, flex: gain floor (< 0: default)      */
     const char *ctl_log;  /* flex / accordion / gravac: decision CSV      */
 } sync_opts_t;
@@ -46,7 +47,9 @@ typedef struct {
     double agree_s;         /* its agreement message, waits included        */
     double gain;            /* ||C(g + e)|| / ||g + e||                     */
     int critical;           /* critical regime (accordion, flex)            */
-    int synced;             /* 0: SelSync skipped this step                 */
+    int synced;             /* 0: SelSync (or flex's local steps) skipped   */
+    double change;          /* the agreed norm change that decided (selsync,
+                               flex's local steps; inf: none yet), else -1  */
 } sync_report_t;
 
 typedef struct sync sync_t;
@@ -66,7 +69,8 @@ void sync_grad_ready(void *ctx, int seg);
  * over the ranks, except on a SelSync step that skips). */
 flx_status_t sync_gradients(sync_t *s, double compute_s, sync_report_t *r);
 /* After the optimiser's update: SelSync averages the weights on the steps
- * it syncs; no-op for the other policies. */
+ * it syncs, flex with local steps syncs the drift since the last sync;
+ * no-op for the other policies. */
 flx_status_t sync_after_update(sync_t *s, sync_report_t *r);
 /* Whether the policy compresses by top-k with error feedback (what
  * momentum correction needs). */

@@ -81,11 +81,18 @@ static void usage(FILE *out)
             "  --weight W         flex: weight of time against gain, [0, 1] (default 0.6,\n"
             "                     the controller's)\n"
             "  --eta X            accordion, flex: critical-regime threshold (default 0.5)\n"
-            "  --interval N       accordion, flex: steps per critical test; selsync: longest\n"
-            "                     run without a sync (default 50)\n"
-            "  --delta X          selsync: norm change that syncs (default 0.3)\n"
+            "  --local-steps on|off\n"
+            "                     flex: every rank steps on its own gradient and SelSync's\n"
+            "                     test (--delta) picks the steps that sync the drift since\n"
+            "                     the last sync, through the controller (default on); off:\n"
+            "                     the controller syncs every step's gradient\n"
+            "  --interval N       accordion, flex: syncs per critical test; selsync, flex:\n"
+            "                     longest run without a sync (default 50)\n"
+            "  --delta X          selsync, flex: norm change that syncs (default 0.3 selsync,\n"
+            "                     0.2 flex)\n"
             "  --min-gain X       gravac: gain threshold epsilon (default 0.7); flex: the\n"
-            "                     smallest gain a compressed step may keep (default 0.45)\n"
+            "                     smallest gain a compressed sync may keep (default 0.3 with\n"
+            "                     local steps, 0.45 without)\n"
             "  --ctl-log FILE     accordion, gravac, flex: every decision with its inputs (rank 0)\n"
             "run:\n"
             "  --max-steps N      at most N steps per epoch (quick runs)\n"
@@ -161,6 +168,7 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         {"eta", required_argument, 0, 'n'},   {"interval", required_argument, 0, 'i'},
         {"delta", required_argument, 0, 'D'}, {"min-gain", required_argument, 0, 'g'},
         {"ctl-log", required_argument, 0, 'C'}, {"eval-every", required_argument, 0, 'v'},
+        {"local-steps", required_argument, 0, 'O'},
         {"time-limit", required_argument, 0, 'T'}, {"check-sync", no_argument, 0, 'Y'},
         {"momentum-correction", required_argument, 0, 'c'},
         {0, 0, 0, 0}};
@@ -180,7 +188,8 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         {'W', POLS(POL_FLEX, POL_FLEX, POL_FLEX), "flex"},
         {'n', POLS(POL_ACCORDION, POL_FLEX, POL_FLEX), "accordion or flex"},
         {'i', POLS(POL_ACCORDION, POL_FLEX, POL_SELSYNC), "accordion, flex or selsync"},
-        {'D', POLS(POL_SELSYNC, POL_SELSYNC, POL_SELSYNC), "selsync"},
+        {'D', POLS(POL_SELSYNC, POL_FLEX, POL_FLEX), "selsync or flex"},
+        {'O', POLS(POL_FLEX, POL_FLEX, POL_FLEX), "flex"},
         {'g', POLS(POL_GRAVAC, POL_FLEX, POL_FLEX), "gravac or flex"},
     };
 #undef POLS
@@ -196,7 +205,8 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
     o->sync = (sync_opts_t){.policy = POL_DENSE, .algo = FLX_ALGO_AUTO,
                             .bucket_bytes = 4u << 20, .kept = 0.01, .psgd_rank = 4,
                             .leader = FLX_LEADER_STAR, .weight = -1, .eta = 0.5,
-                            .interval = 50, .delta = 0.3, .min_gain = -1};
+                            .interval = 50, .delta = -1, .min_gain = -1,
+                            .local_steps = 1};
     while ((c = getopt_long(argc, argv, "h", longopts, &opt_index)) != -1) {
         errno = 0;
         if (c > 0 && c < 128)
@@ -254,6 +264,11 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         case 'D': if (parse_double(optarg, 0, 100, &o->sync.delta)) goto bad; break;
         case 'g': if (parse_double(optarg, 0, 1, &o->sync.min_gain)) goto bad; break;
         case 'C': o->sync.ctl_log = optarg; break;
+        case 'O':
+            if (!strcmp(optarg, "on")) o->sync.local_steps = 1;
+            else if (!strcmp(optarg, "off")) o->sync.local_steps = 0;
+            else goto bad;
+            break;
         case 'Y': o->check_sync = 1; break;
         case 'c':
             if (!strcmp(optarg, "on")) o->momentum_correction = 1;
@@ -290,6 +305,19 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         o->sync.policy != POL_FLEX) { /* only the controller's policies decide anything */
         fprintf(stderr, "flx-train: --ctl-log needs a policy the controller runs (accordion, "
                         "gravac or flex), not %s\n", policy_name(o->sync.policy));
+        return -1;
+    }
+    if (o->sync.delta < 0)
+        o->sync.delta = o->sync.policy == POL_FLEX ? 0.2 : 0.3;
+    if (o->sync.policy == POL_FLEX && !o->sync.local_steps && given['D']) {
+        size_t used = strlen(o->unused);
+        snprintf(o->unused + used, sizeof(o->unused) - used, "%s--delta (selsync, or flex "
+                 "with local steps)", used ? ", " : "");
+    }
+    if (o->momentum_correction && o->sync.policy == POL_FLEX && o->sync.local_steps) {
+        fprintf(stderr, "flx-train: --momentum-correction on needs steps that sync the "
+                        "gradient: with flex, add --local-steps off (local steps keep each "
+                        "rank's velocity)\n");
         return -1;
     }
     if (o->momentum_correction && !sync_policy_topk(o->sync.policy)) {
@@ -452,6 +480,7 @@ static int agree_options(run_t *r)
         {"--eta", bits_of(so->eta)},
         {"--interval", so->interval},
         {"--delta", bits_of(so->delta)},
+        {"--local-steps", so->local_steps},
         {"--min-gain", bits_of(so->min_gain)},
     };
     enum { NF = sizeof(f) / sizeof(f[0]) };
@@ -643,8 +672,11 @@ static int train(run_t *r)
                         rep.gain, rep.critical, rep.synced);
                 if (test_acc >= 0)
                     fprintf(r->log, "%.2f", 100.0 * test_acc);
-                fprintf(r->log, ",%.6f,%.6f,%.6g,%.6f\n", rep.decide_s, rep.agree_s, lr,
+                fprintf(r->log, ",%.6f,%.6f,%.6g,%.6f,", rep.decide_s, rep.agree_s, lr,
                         flx_time_now() - r->t_start);
+                if (rep.change >= 0) /* selsync, flex's local steps */
+                    fprintf(r->log, "%.4g", rep.change);
+                fputc('\n', r->log);
             }
             if (stop)
                 break;
@@ -655,7 +687,7 @@ static int train(run_t *r)
         if (run_evaluate(r, &acc) != 0)
             goto out;
         if (r->log) { /* the epoch's evaluation belongs to its last step */
-            fprintf(r->log, "%ld,%d,%.6f,,%s,eval,,0,,,,,,,%.2f,,,,%.6f\n", step - (stop ? 0 : 1),
+            fprintf(r->log, "%ld,%d,%.6f,,%s,eval,,0,,,,,,,%.2f,,,,%.6f,\n", step - (stop ? 0 : 1),
                     epoch + 1, r->clock, policy_name(o->sync.policy), 100.0 * acc,
                     flx_time_now() - r->t_start);
             fflush(r->log);
@@ -768,7 +800,8 @@ int main(int argc, char **argv)
     }
     if (r.log) {
         fprintf(r.log, "step,epoch,time_s,loss,policy,collective,kept_fraction,bytes,select_s,"
-                       "comm_s,compute_s,gain,critical,synced,test_acc,decide_s,agree_s,lr,wall_s\n");
+                       "comm_s,compute_s,gain,critical,synced,test_acc,decide_s,agree_s,lr,wall_s,"
+                       "norm_change\n");
     }
     if (r.rank == 0) {
         printf("flx-train: %d ranks over %s, %s: %zu train / %zu test examples, %s "
@@ -776,7 +809,9 @@ int main(int argc, char **argv)
                r.size, flx_comm_net_name(r.comm), r.o.synthetic ? "synthetic task" : r.o.data_dir,
                r.train.n, r.test.n, nn_describe(r.nn), nn_nparams(r.nn), r.o.batch,
                policy_name(r.o.sync.policy),
-               r.o.momentum_correction ? " with momentum correction" : "");
+               r.o.momentum_correction                               ? " with momentum correction"
+               : r.o.sync.policy == POL_FLEX && r.o.sync.local_steps ? " with local steps"
+                                                                     : "");
         fflush(stdout);
     }
     r.t_start = flx_time_now();
