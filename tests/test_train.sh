@@ -94,6 +94,20 @@ grep -q ",selsync,skip," "$tmp/selsync-3.csv" || fail "selsync never skipped a s
     fail "selsync --interval 1000 failed"
 synced=$(awk -F, 'NR > 2 && $6 == "dense-ring"' "$tmp/selsync-delta.csv" | wc -l)
 [ "$synced" -ge 3 ] || fail "selsync synced $synced times in steps 1-39 with a falling norm"
+# selsync evaluates the mean of the ranks' weights apart and puts each rank's own back:
+# evaluating every 7 steps leaves every step's loss as it was without
+for e in 0 7; do
+    every=""
+    [ "$e" = 0 ] || every="--eval-every $e"
+    "$top/flxrun" -n 3 --timeout 120 "$top/flx-train" --synthetic --epochs 2 --model mlp:64 \
+        --batch 32 --seed 3 --policy selsync $every --log "$tmp/eval-$e.csv" >/dev/null 2>&1 ||
+        fail "selsync ${every:-without --eval-every}"
+done
+[ "$(awk -F, 'NR > 1 && $6 != "eval" && $15 != ""' "$tmp/eval-7.csv" | wc -l)" -ge 5 ] ||
+    fail "no --eval-every 7 evaluations in the step log"
+l0=$(awk -F, '$6 != "eval" && NR > 1 { print $1, $4 }' "$tmp/eval-0.csv")
+l7=$(awk -F, '$6 != "eval" && NR > 1 { print $1, $4 }' "$tmp/eval-7.csv")
+[ -n "$l0" ] && [ "$l0" = "$l7" ] || fail "evaluating the mean of selsync's ranks changed the training"
 # ranks given different --seed or --lr stop at once with one line naming it (they trained to
 # the end with different weights, exit 0)
 for opt in "--seed \$((FLX_RANK + 1))" "--lr 0.0\$((FLX_RANK + 1))"; do

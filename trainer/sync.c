@@ -233,19 +233,23 @@ flx_status_t sync_create(flx_comm_h comm, nn_t *nn, const sync_opts_t *o, sync_t
             co.segments[i] = nn_segment(nn, i).len;
         for (int i = nseg; i < nn_nsegments(nn); i++)
             co.segments[nseg - 1] += nn_segment(nn, i).len;
-        st = flx_ctl_create(comm, s->n, &co, &s->ctl);
-        if (st == FLX_OK && o->policy == POL_FLEX && o->local_steps) {
+        if (o->policy == POL_FLEX && o->local_steps) {
             s->local = 1;
             s->norm_ema = -1;
             s->norm_ref = -1;
             s->xref = malloc(s->n * sizeof(float));
-            if (s->xref == NULL) {
+            if (s->xref == NULL)
                 flx_error(TRAIN, s->rank, "flex: no memory for the %zu weights of the last "
                           "sync (local steps)", s->n);
-                st = FLX_ERR_NO_MEMORY;
-            } else {
+            else
                 memcpy(s->xref, nn_params(nn), s->n * sizeof(float));
-            }
+        }
+        st = flx_ctl_create(comm, s->n, &co, &s->ctl);
+        if (st == FLX_OK && s->local) { /* a rank without memory stops every rank */
+            int64_t v = s->xref == NULL;
+            st = flx_allreduce(comm, &v, &v, 1, FLX_INT64, FLX_MAX, FLX_ALGO_AUTO);
+            if (st == FLX_OK && v)
+                st = FLX_ERR_NO_MEMORY;
         }
         break;
     }
@@ -273,15 +277,7 @@ flx_status_t sync_destroy(sync_t *s)
     for (int b = 0; b < s->nbuckets; b++)
         if (s->bucket[b].req)
             flx_wait(s->bucket[b].req);
-    if (s->norm_req) { /* the last step's agreement: a NaN there still stops the run */
-        flx_status_t w = flx_wait(s->norm_req);
-        if (w == FLX_OK && s->norm_agreed[1]) {
-            flx_error(TRAIN, s->rank, "%s: %s gradient held NaN or Inf at the last step",
-                      policy_name(s->o.policy), s->bad_sent ? "this rank's" : "another rank's");
-            w = FLX_ERR_INVALID_ARG;
-        }
-        ret = w;
-    }
+    ret = sync_finish(s); /* normally done already, after the last step */
     flx_gsync_destroy(s->gs);
     st = flx_ctl_destroy(s->ctl); /* its decision log, if any, closed */
     if (st == FLX_OK)
@@ -363,14 +359,15 @@ static flx_status_t sync_dense(sync_t *s, sync_report_t *r)
     return st;
 }
 
-/* sum of squares, in double over float blocks (cblas_sdot is vectorised) */
+/* sum of squares in double (cblas_dsdot: float input, double sum), in
+ * blocks because cblas counts in int */
 static double sync_sq_norm(const float *g, size_t n)
 {
     double sq = 0;
 
-    for (size_t i = 0; i < n; i += 65536) {
-        int m = (int)FLX_MIN(n - i, (size_t)65536);
-        sq += cblas_sdot(m, g + i, 1, g + i, 1);
+    for (size_t i = 0; i < n; i += 1u << 20) {
+        int m = (int)FLX_MIN(n - i, (size_t)1 << 20);
+        sq += cblas_dsdot(m, g + i, 1, g + i, 1);
     }
     return sq;
 }
@@ -427,7 +424,9 @@ static flx_status_t sync_norm_test(sync_t *s, sync_report_t *r)
         /* (from one step to the next the smoothed norm moves by only
          * SELSYNC_SMOOTH times the raw change, so a falling norm could
          * never reach delta: the change is from the last sync's) */
-        s->norm_send[0] = bad ? 0 : fabs(s->norm_ema - s->norm_ref) / s->norm_ref;
+        s->norm_send[0] = bad                ? 0
+                          : s->norm_ref > 0 ? fabs(s->norm_ema - s->norm_ref) / s->norm_ref
+                                            : INFINITY;
         s->norm_send[1] = bad;
         s->bad_sent = bad;
         st = flx_iallreduce(s->comm, s->norm_send, s->norm_agreed, 2, FLX_FLOAT64, FLX_MAX,
@@ -465,6 +464,9 @@ static flx_status_t sync_drift(sync_t *s, sync_report_t *r)
 
     for (size_t i = 0; i < s->n; i++)
         d[i] = s->xref[i] - x[i];
+    if (flx_first_nonfinite(d, s->n) < s->n) /* the controller fails every rank alike */
+        flx_error(TRAIN, s->rank, "flex: this rank's weights hold NaN or Inf (the update "
+                  "overflowed since the last sync): every rank stops");
     /* scored as a step: this step's compute, the sync's selection and comm */
     st = flx_ctl_step(s->ctl, d, s->step_compute, &c);
     if (st != FLX_OK)
@@ -559,6 +561,28 @@ flx_status_t sync_after_update(sync_t *s, sync_report_t *r)
     return st;
 }
 
+flx_status_t sync_finish(sync_t *s)
+{
+    flx_status_t st;
+
+    if (s->norm_req == NULL)
+        return FLX_OK;
+    st = flx_wait(s->norm_req);
+    s->norm_req = NULL;
+    if (st == FLX_OK && s->norm_agreed[1]) {
+        flx_error(TRAIN, s->rank, "%s: %s gradient held NaN or Inf at the last step: every "
+                  "rank stops", policy_name(s->o.policy),
+                  s->bad_sent ? "this rank's" : "another rank's");
+        st = FLX_ERR_INVALID_ARG;
+    }
+    return st;
+}
+
+int sync_local_models(const sync_t *s)
+{
+    return s->o.policy == POL_SELSYNC || s->local;
+}
+
 int sync_policy_topk(policy_t p)
 {
     return p == POL_TOPK_AG || p == POL_ARTOPK || p == POL_ACCORDION || p == POL_GRAVAC ||
@@ -598,9 +622,12 @@ void sync_summary(sync_t *s, char *buf, size_t len)
                                      coll_names[i], 100.0 * (double)s->by_coll[i] / (double)s->steps);
     if (used < len)
         used += (size_t)snprintf(buf + used, len - used, "; mean kept %.3g", s->kept_sum / (double)s->steps);
-    if (used < len && (s->o.policy == POL_FLEX || s->o.policy == POL_ACCORDION))
-        snprintf(buf + used, len - used, "; critical %.0f%%",
-                 100.0 * (double)s->critical_steps / (double)s->steps);
+    if (used < len && (s->o.policy == POL_FLEX || s->o.policy == POL_ACCORDION)) {
+        long decided = s->steps - s->by_coll[7]; /* local steps: of the syncs */
+        snprintf(buf + used, len - used, "; critical %.0f%%%s",
+                 decided ? 100.0 * (double)s->critical_steps / (double)decided : 0.0,
+                 s->local ? " of the syncs" : "");
+    }
     memset(s->by_coll, 0, sizeof(s->by_coll));
     s->steps = 0;
     s->kept_sum = 0;

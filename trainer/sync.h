@@ -60,18 +60,30 @@ int policy_parse(const char *name);
 
 flx_status_t sync_create(flx_comm_h comm, nn_t *nn, const sync_opts_t *o, sync_t **sync_p);
 /* Ends what is under way, frees everything; an error of the controller's
- * last agreement or of writing its decision log (one line logged). */
+ * last agreement or of writing its decision log, or of the norm test's
+ * last agreement unless sync_finish took it (one line logged). */
 flx_status_t sync_destroy(sync_t *s);
 /* nn_grad_ready_fn for nn_train_batch (ctx: the sync_t): the dense policy
  * starts a segment's allreduce as soon as its bucket is complete. */
 void sync_grad_ready(void *ctx, int seg);
 /* After backprop: finish this step's gradient sync (grads become the mean
- * over the ranks, except on a SelSync step that skips). */
+ * over the ranks), except for selsync and flex with local steps: their
+ * norm test runs here and the gradient stays the rank's own (zeroed if it
+ * holds NaN or Inf: every rank then fails at the next step, or at
+ * sync_finish). */
 flx_status_t sync_gradients(sync_t *s, double compute_s, sync_report_t *r);
 /* After the optimiser's update: SelSync averages the weights on the steps
  * it syncs, flex with local steps syncs the drift since the last sync;
  * no-op for the other policies. */
 flx_status_t sync_after_update(sync_t *s, sync_report_t *r);
+/* Collective, after the last step: waits for the norm test's last
+ * agreement (selsync, flex's local steps); FLX_ERR_INVALID_ARG on every
+ * rank, one line logged, if it says a gradient held NaN or Inf.  No-op for
+ * the other policies, and when called again. */
+flx_status_t sync_finish(sync_t *s);
+/* Whether the ranks' weights may differ between two syncs (selsync, flex
+ * with local steps). */
+int sync_local_models(const sync_t *s);
 /* Whether the policy compresses by top-k with error feedback (what
  * momentum correction needs). */
 int sync_policy_topk(policy_t p);

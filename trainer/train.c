@@ -424,6 +424,7 @@ typedef struct {
     double clock;        /* training time so far, evaluation excluded */
     double t_start;      /* wall clock at the start of training       */
     double bytes_total;
+    float *eval_save;    /* the rank's own weights while the mean is evaluated */
 } run_t;
 
 static int64_t bits_of(double x)
@@ -551,11 +552,27 @@ static int agree_data(run_t *r, flx_status_t load_st)
     return 0;
 }
 
+/* Collective.  Where the ranks' weights may differ (selsync, flex's local
+ * steps, between two syncs) the model evaluated is their mean, computed
+ * apart: each rank's own weights come back afterwards, so evaluating does
+ * not change the training (each rank testing its own model on its share
+ * of the test set would score a mixture of models). */
 static int run_evaluate(run_t *r, double *acc_p)
 {
     double loss;
-    flx_status_t st = evaluate(r->comm, r->nn, &r->test, acc_p, &loss);
+    float *params = nn_params(r->nn);
+    size_t n = nn_nparams(r->nn);
+    int apart = r->size > 1 && sync_local_models(r->sync);
+    flx_status_t st = FLX_OK;
 
+    if (apart) {
+        memcpy(r->eval_save, params, n * sizeof(float));
+        st = flx_allreduce(r->comm, params, params, n, FLX_FLOAT32, FLX_AVG, FLX_ALGO_RING);
+    }
+    if (st == FLX_OK)
+        st = evaluate(r->comm, r->nn, &r->test, acc_p, &loss);
+    if (apart)
+        memcpy(params, r->eval_save, n * sizeof(float));
     if (st != FLX_OK)
         fprintf(stderr, "flx-train: rank %d: evaluation failed: %s\n", r->rank,
                 flx_status_string(st));
@@ -584,7 +601,8 @@ static int train(run_t *r)
     int rc = -1, stop = 0;
 
     order = malloc(r->train.n * sizeof(size_t));
-    if (velocity == NULL || xb == NULL || yb == NULL || order == NULL) {
+    r->eval_save = malloc(n * sizeof(float));
+    if (velocity == NULL || xb == NULL || yb == NULL || order == NULL || r->eval_save == NULL) {
         fprintf(stderr, "flx-train: out of memory\n");
         goto out;
     }
@@ -684,6 +702,14 @@ static int train(run_t *r)
         if (s < steps_per_epoch)
             s++; /* the step that hit the time limit */
         r->bytes_total += bytes_epoch;
+        if (epoch + 1 == o->epochs || stop) { /* the last step's agreement: a NaN there too */
+            flx_status_t st = sync_finish(r->sync);
+            if (st != FLX_OK) {
+                fprintf(stderr, "flx-train: rank %d: gradient sync (%s) failed at the last step: "
+                        "%s\n", r->rank, policy_name(o->sync.policy), flx_status_string(st));
+                goto out;
+            }
+        }
         if (run_evaluate(r, &acc) != 0)
             goto out;
         if (r->log) { /* the epoch's evaluation belongs to its last step */
@@ -712,6 +738,8 @@ static int train(run_t *r)
     rc = 0;
 out:
     free(velocity);
+    free(r->eval_save);
+    r->eval_save = NULL;
     free(order);
     free(xb);
     free(yb);
