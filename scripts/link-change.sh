@@ -12,7 +12,9 @@
 # Then prints, per phase (wall_s windows of the CSV, limits as measured
 # here): steps, mean step and comm time, MB sent per step, the kept fraction
 # (median, min-max), the share of each collective, and how long after the
-# change the phase's main collective first appeared; writes
+# change the phase's main collective first appeared (with local steps,
+# selsync and flex: kept fraction and shares of the syncs, the share of
+# steps that did not sync apart); writes
 # OUTDIR/link-change-decisions.png and -accuracy.png (scripts/plot-train,
 # whose axis is training time: dotted lines at the first step after each
 # change) and OUTDIR/link-change.txt (the table).
@@ -182,14 +184,18 @@ pid=
         if (!ev && !prevev && NR > 2 && p == prevp) { dt[p] += t - prevt; ndt[p]++ }
         prevt = t; prevev = ev; prevp = p
         comm[p] += v("comm_s"); bytes[p] += v("bytes")
-        kept[p, n[p]] = v("kept_fraction") + 0
         c = v("collective"); if (c == "") c = "?"
-        cnt[p, c]++; if (!((p, c) in firstc)) firstc[p, c] = t
-        if (!(c in known)) { known[c] = 1; names[++nn] = c }
+        if (c == "skip") { skip[p]++ }   # a local step (selsync, flex): no sync, no choice
+        else {
+            ns[p]++; kept[p, ns[p]] = v("kept_fraction") + 0
+            cnt[p, c]++; if (!((p, c) in firstc)) firstc[p, c] = t
+        }
+        if (c != "skip" && !(c in known)) { known[c] = 1; names[++nn] = c }
         if (ev) acc[p] = v("test_acc")
     }
     function median(p,    i, j, m, x, a) {
-        m = n[p]; for (i = 1; i <= m; i++) a[i] = kept[p, i]
+        m = ns[p]; if (!m) { lo[p] = hi[p] = 0; return 0 }
+        for (i = 1; i <= m; i++) a[i] = kept[p, i]
         for (i = 2; i <= m; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
         lo[p] = a[1]; hi[p] = a[m]
         return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
@@ -201,12 +207,13 @@ pid=
         for (p = 1; p <= 3; p++) {
             if (!n[p]) continue
             m = median(p)
-            share = ""; best = ""
+            share = skip[p] ? sprintf("%d syncs (local steps %.0f%%): ", ns[p], 100 * skip[p] / n[p]) : ""
+            sh0 = share; best = ""
             for (i = 1; i <= nn; i++) if (cnt[p, names[i]]) {
-                share = share sprintf("%s%s %.0f%%", share == "" ? "" : ", ", names[i], 100 * cnt[p, names[i]] / n[p])
+                share = share sprintf("%s%s %.0f%%", share == sh0 ? "" : ", ", names[i], 100 * cnt[p, names[i]] / ns[p])
                 if (best == "" || cnt[p, names[i]] > cnt[p, best]) best = names[i]
             }
-            main[p] = best
+            main[p] = best == "" ? "skip" : best
             printf "%-5d %-8s %7.1f %6d %8.1f %8.1f %8.2f %-22s %-8s %s\n", p, rate[p], (from[p] > 1e29 ? 0 : from[p]), n[p],
                    ndt[p] ? 1e3 * dt[p] / ndt[p] : 0, 1e3 * comm[p] / n[p], bytes[p] / n[p] / 1e6,
                    sprintf("%.3g (%.3g-%.3g)", m, lo[p], hi[p]), (p in acc) ? acc[p] : "-", share
