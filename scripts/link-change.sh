@@ -189,8 +189,8 @@ pid=
         else {
             ns[p]++; kept[p, ns[p]] = v("kept_fraction") + 0
             cnt[p, c]++; if (!((p, c) in firstc)) firstc[p, c] = t
+            if (!(c in known)) { known[c] = 1; names[++nn] = c }
         }
-        if (c != "skip" && !(c in known)) { known[c] = 1; names[++nn] = c }
         if (ev) acc[p] = v("test_acc")
     }
     function median(p,    i, j, m, x, a) {

@@ -167,6 +167,7 @@ flx_status_t sync_create(flx_comm_h comm, nn_t *nn, const sync_opts_t *o, sync_t
     s->N = flx_comm_size(comm);
     s->rank = flx_comm_rank(comm);
     s->n = nn_nparams(nn);
+    s->local = o->policy == POL_FLEX && o->local_steps;
     switch (o->policy) {
     case POL_DENSE:
         sync_buckets(s);
@@ -214,11 +215,11 @@ flx_status_t sync_create(flx_comm_h comm, nn_t *nn, const sync_opts_t *o, sync_t
         if (o->min_gain >= 0) {
             co.field_mask |= FLX_CTL_OPT_MIN_GAIN;
             co.min_gain = o->min_gain;
-        } else if (o->policy == POL_FLEX && o->local_steps) {
+        } else if (s->local) {
             co.field_mask |= FLX_CTL_OPT_MIN_GAIN;
             co.min_gain = SYNC_LOCAL_MIN_GAIN;
         }
-        if (o->policy == POL_FLEX && o->local_steps) {
+        if (s->local) {
             co.field_mask |= FLX_CTL_OPT_FRACTIONS;
             co.nfractions = (int)(sizeof(sync_local_fractions) / sizeof(sync_local_fractions[0]));
             memcpy(co.fractions, sync_local_fractions, sizeof(sync_local_fractions));
@@ -233,8 +234,7 @@ flx_status_t sync_create(flx_comm_h comm, nn_t *nn, const sync_opts_t *o, sync_t
             co.segments[i] = nn_segment(nn, i).len;
         for (int i = nseg; i < nn_nsegments(nn); i++)
             co.segments[nseg - 1] += nn_segment(nn, i).len;
-        if (o->policy == POL_FLEX && o->local_steps) {
-            s->local = 1;
+        if (s->local) {
             s->norm_ema = -1;
             s->norm_ref = -1;
             s->xref = malloc(s->n * sizeof(float));
@@ -372,6 +372,15 @@ static double sync_sq_norm(const float *g, size_t n)
     return sq;
 }
 
+/* the relative change of the smoothed norm since the last sync (from one
+ * step to the next it moves by only SELSYNC_SMOOTH times the raw change,
+ * so a falling norm could never reach delta); 0 for a bad gradient, inf
+ * before the first sync */
+static double sync_norm_change(const sync_t *s, int bad)
+{
+    return bad ? 0 : s->norm_ref > 0 ? fabs(s->norm_ema - s->norm_ref) / s->norm_ref : INFINITY;
+}
+
 /* SelSync's test, for selsync and flex's local steps: whether this step
  * syncs (s->sync_now, the same on every rank).  The ranks agree on the
  * largest change with a non-blocking allreduce started at each step and
@@ -401,8 +410,7 @@ static flx_status_t sync_norm_test(sync_t *s, sync_report_t *r)
         a[0] = s->norm_agreed[0];
         a[1] = s->norm_agreed[1];
     } else { /* first step: this step's own, waited for */
-        a[0] = bad ? 0 : s->norm_ref > 0 ? fabs(s->norm_ema - s->norm_ref) / s->norm_ref
-                                         : INFINITY;
+        a[0] = sync_norm_change(s, bad);
         a[1] = bad;
         s->bad_sent = bad;
         if (s->N > 1)
@@ -421,12 +429,7 @@ static flx_status_t sync_norm_test(sync_t *s, sync_report_t *r)
     if (s->sync_now)
         s->norm_ref = s->norm_ema;
     if (s->N > 1) { /* this step's change since the last sync, for the next step */
-        /* (from one step to the next the smoothed norm moves by only
-         * SELSYNC_SMOOTH times the raw change, so a falling norm could
-         * never reach delta: the change is from the last sync's) */
-        s->norm_send[0] = bad                ? 0
-                          : s->norm_ref > 0 ? fabs(s->norm_ema - s->norm_ref) / s->norm_ref
-                                            : INFINITY;
+        s->norm_send[0] = sync_norm_change(s, bad);
         s->norm_send[1] = bad;
         s->bad_sent = bad;
         st = flx_iallreduce(s->comm, s->norm_send, s->norm_agreed, 2, FLX_FLOAT64, FLX_MAX,

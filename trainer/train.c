@@ -562,7 +562,7 @@ static int run_evaluate(run_t *r, double *acc_p)
     double loss;
     float *params = nn_params(r->nn);
     size_t n = nn_nparams(r->nn);
-    int apart = r->size > 1 && sync_local_models(r->sync);
+    int apart = r->eval_save != NULL; /* set up by train() */
     flx_status_t st = FLX_OK;
 
     if (apart) {
@@ -598,11 +598,13 @@ static int train(run_t *r)
     uint8_t *yb = malloc(o->batch);
     double prev_lr = -1, acc = 0;
     long step = 0, total_steps;
-    int rc = -1, stop = 0;
+    int rc = -1, stop = 0, apart = r->size > 1 && sync_local_models(r->sync);
 
     order = malloc(r->train.n * sizeof(size_t));
-    r->eval_save = malloc(n * sizeof(float));
-    if (velocity == NULL || xb == NULL || yb == NULL || order == NULL || r->eval_save == NULL) {
+    if (apart) /* run_evaluate evaluates the ranks' mean */
+        r->eval_save = malloc(n * sizeof(float));
+    if (velocity == NULL || xb == NULL || yb == NULL || order == NULL ||
+        (apart && r->eval_save == NULL)) {
         fprintf(stderr, "flx-train: out of memory\n");
         goto out;
     }
