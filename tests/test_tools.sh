@@ -22,6 +22,8 @@ echo "$out" | grep -q "busy-poll 50 us" && fail "1 rank took the short spin: $ou
     fail "flx-info does not show flex's defaults"
 "$top/flx-info" | grep -q "^# flx-train --policy flex: local steps" ||
     fail "flx-info does not say that flx-train's flex takes local steps"
+"$top/flx-info" | grep -q "^# flx-train model files: --save FILE writes the trained model" ||
+    fail "flx-info does not list flx-train's model files"
 "$top/flx-info" | grep -q "^# transports: tcp (2 connections per pair of ranks" ||
     fail "flx-info does not show the tcp connections per pair"
 "$top/flx-info" | grep -q "1 where a rank's open-file limit holds only 1" ||

@@ -15,6 +15,7 @@
 #include "trainer/data.h"
 #include "trainer/nn.h"
 #include "trainer/rng.h"
+#include "trainer/checkpoint.h"
 #include "trainer/sync.h"
 
 #include <cblas.h>
@@ -39,6 +40,8 @@ typedef struct {
     char model[128];
     uint64_t seed;
     const char *log_path;
+    const char *save_path;    /* --save: the trained model (rank 0 writes it) */
+    const char *load_path;    /* --load: the starting weights (rank 0 reads them) */
     long max_steps;
     size_t train_limit;
     long eval_every;
@@ -60,7 +63,7 @@ static void usage(FILE *out)
             "                     (default mlp:256,256)\n"
             "  --hidden A,B,...   same as --model mlp:A,B,...\n"
             "optimiser:\n"
-            "  --epochs N         epochs (default 2)\n"
+            "  --epochs N         epochs (default 2); 0: only evaluate (with --load)\n"
             "  --batch B          examples per rank per step (default 64)\n"
             "  --lr X             learning rate (default 0.05)\n"
             "  --lr-schedule S    step (x0.1 at 50%% and 75%% of the epochs when there are\n"
@@ -101,6 +104,10 @@ static void usage(FILE *out)
             "  --time-limit S     stop training after S seconds of training time (checked\n"
             "                     every 10 steps)\n"
             "  --log FILE         CSV, one row per step (rank 0)\n"
+            "  --save FILE        after training, write the model evaluated last (the\n"
+            "                     ranks' mean where their weights differ) to FILE (rank 0)\n"
+            "  --load FILE        start from the weights in FILE (written by --save for the\n"
+            "                     same --model and data; rank 0 reads it, every rank gets it)\n"
             "  --check-sync       after every synchronised step, fail unless every rank\n"
             "                     holds bit-identical weights (for tests)\n");
 }
@@ -171,6 +178,7 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         {"local-steps", required_argument, 0, 'O'},
         {"time-limit", required_argument, 0, 'T'}, {"check-sync", no_argument, 0, 'Y'},
         {"momentum-correction", required_argument, 0, 'c'},
+        {"save", required_argument, 0, 'o'}, {"load", required_argument, 0, 'I'},
         {0, 0, 0, 0}};
     /* the options of some policies only: given with another, a warning (a
      * sweep over policies may pass them all the same arguments) */
@@ -214,7 +222,15 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         switch (c) {
         case 'd': o->data_dir = optarg; break;
         case 'S': o->synthetic = 1; break;
-        case 'e': if (parse_count(optarg, 1000000, &l)) goto bad; o->epochs = (int)l; break;
+        case 'e':
+            if (!strcmp(optarg, "0"))
+                l = 0;
+            else if (parse_count(optarg, 1000000, &l))
+                goto bad;
+            o->epochs = (int)l;
+            break;
+        case 'o': if (!*optarg) goto bad; o->save_path = optarg; break;
+        case 'I': if (!*optarg) goto bad; o->load_path = optarg; break;
         case 'b': if (parse_count(optarg, 65536, &l)) goto bad; o->batch = (size_t)l; break;
         case 'l': if (parse_double(optarg, 1e-9, 100, &o->lr)) goto bad; break;
         case 'm': if (parse_double(optarg, 0, 0.999999, &o->momentum)) goto bad; break;
@@ -470,6 +486,8 @@ static int agree_options(run_t *r)
         {"--eval-every", o->eval_every},
         {"--time-limit", bits_of(o->time_limit)},
         {"--check-sync", o->check_sync},
+        {"--save", o->save_path != NULL},
+        {"--load", o->load_path != NULL},
         {"--momentum-correction", o->momentum_correction},
         {"--policy", so->policy},
         {"--algo", so->algo},
@@ -577,6 +595,60 @@ static int run_evaluate(run_t *r, double *acc_p)
         fprintf(stderr, "flx-train: rank %d: evaluation failed: %s\n", r->rank,
                 flx_status_string(st));
     return st == FLX_OK ? 0 : -1;
+}
+
+/* --load, collective: rank 0 reads the file into the weights (checkpoint.c
+ * names what is wrong with it) and every rank gets them; a failure stops
+ * every rank.  0: go on; -1: stop. */
+static int run_load(run_t *r)
+{
+    size_t n = nn_nparams(r->nn);
+    int32_t bad = 0;
+    flx_status_t st = FLX_OK;
+
+    if (r->rank == 0)
+        bad = ckpt_load(r->o.load_path, nn_describe(r->nn), nn_params(r->nn), n) != FLX_OK;
+    if (r->size > 1) {
+        st = flx_allreduce(r->comm, &bad, &bad, 1, FLX_INT32, FLX_MAX, FLX_ALGO_AUTO);
+        if (st == FLX_OK && !bad)
+            st = flx_broadcast(r->comm, nn_params(r->nn), n, FLX_FLOAT32, 0);
+    }
+    if (st != FLX_OK)
+        fprintf(stderr, "flx-train: rank %d: cannot share the weights of %s: %s\n", r->rank,
+                r->o.load_path, flx_status_string(st));
+    else if (bad && r->rank != 0)
+        fprintf(stderr, "flx-train: rank %d: rank 0 could not load %s\n", r->rank,
+                r->o.load_path);
+    else if (r->rank == 0)
+        printf("flx-train: loaded the weights of %s from %s\n", nn_describe(r->nn),
+               r->o.load_path);
+    return st == FLX_OK && !bad ? 0 : -1;
+}
+
+/* --save, collective where the ranks' weights differ: the model the last
+ * evaluation tested (their mean, the same allreduce as run_evaluate's, so
+ * the same bits), written by rank 0.  0: saved; -1: rank 0 could not (its
+ * line says why) or the mean failed. */
+static int run_save(run_t *r)
+{
+    size_t n = nn_nparams(r->nn);
+    flx_status_t st = FLX_OK;
+
+    if (r->eval_save != NULL) /* the end of the run: the mean may stay */
+        st = flx_allreduce(r->comm, nn_params(r->nn), nn_params(r->nn), n, FLX_FLOAT32,
+                           FLX_AVG, FLX_ALGO_RING);
+    if (st != FLX_OK) {
+        fprintf(stderr, "flx-train: rank %d: cannot average the weights to save: %s\n",
+                r->rank, flx_status_string(st));
+        return -1;
+    }
+    if (r->rank != 0)
+        return 0;
+    if (ckpt_save(r->o.save_path, nn_describe(r->nn), nn_params(r->nn), n) != FLX_OK)
+        return -1;
+    printf("flx-train: saved %s (%zu parameters) to %s\n", nn_describe(r->nn), n,
+           r->o.save_path);
+    return 0;
 }
 
 /* velocity = momentum velocity + gradient + weight decay */
@@ -734,6 +806,10 @@ static int train(run_t *r)
             fflush(stdout);
         }
     }
+    if (o->epochs == 0 && run_evaluate(r, &acc) != 0) /* --epochs 0: evaluation only */
+        goto out;
+    if (o->save_path && run_save(r) != 0)
+        goto out;
     if (r->rank == 0)
         printf("flx-train: final test-acc %.2f%%, %.1f s of training, %.1f MB sent per rank\n",
                100.0 * acc, r->clock, r->bytes_total / 1e6);
@@ -817,6 +893,8 @@ int main(int argc, char **argv)
                 flx_status_string(st));
         goto out;
     }
+    if (r.o.load_path && run_load(&r) != 0) /* before the sync copies the weights */
+        goto out;
     /* the gradient and the weights live as long as the run: registered once (ib) */
     st = flx_mem_register(r.comm, nn_grads(r.nn), nn_nparams(r.nn) * sizeof(float));
     if (st == FLX_OK)

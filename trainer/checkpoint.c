@@ -1,0 +1,209 @@
+/* checkpoint.c -- flx-train's model files (checkpoint.h). */
+#include "trainer/checkpoint.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define CKPT_MAGIC "FLXMODEL"
+#define CKPT_VERSION 1u
+#define CKPT_DESC_MAX 255u
+
+/* the weights go out and come in as the host holds them: little-endian hosts only */
+static int ckpt_host_ok(const char *path, const char *verb)
+{
+    const uint16_t one = 1;
+
+    if (*(const uint8_t *)&one == 1)
+        return 1;
+    flx_error(TRAIN, -1, "cannot %s %s: model files are little-endian and this host is not",
+              verb, path);
+    return 0;
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
+
+/* CRC-32 of the weights, in blocks: zlib counts in uInt */
+static uint32_t ckpt_crc(const float *w, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)w;
+    size_t left = n * sizeof(float);
+    uLong crc = crc32(0L, Z_NULL, 0);
+
+    while (left > 0) {
+        uInt m = left > (1u << 30) ? 1u << 30 : (uInt)left;
+        crc = crc32(crc, p, m);
+        p += m;
+        left -= m;
+    }
+    return (uint32_t)crc;
+}
+
+flx_status_t ckpt_save(const char *path, const char *desc, const float *w, size_t n)
+{
+    size_t len = strlen(desc), plen = strlen(path);
+    uint8_t head[16 + CKPT_DESC_MAX + 8], tail[4];
+    char *tmp;
+    FILE *f;
+    int ok;
+
+    if (!ckpt_host_ok(path, "write"))
+        return FLX_ERR_IO;
+    if (len == 0 || len > CKPT_DESC_MAX) {
+        flx_error(TRAIN, -1, "cannot write %s: the model's description is %zu bytes (1 to %u)",
+                  path, len, CKPT_DESC_MAX);
+        return FLX_ERR_INVALID_ARG;
+    }
+    tmp = malloc(plen + 5);
+    if (tmp == NULL) {
+        flx_error(TRAIN, -1, "cannot write %s: no memory", path);
+        return FLX_ERR_NO_MEMORY;
+    }
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmp", 5);
+    memcpy(head, CKPT_MAGIC, 8);
+    put_u32(head + 8, CKPT_VERSION);
+    put_u32(head + 12, (uint32_t)len);
+    memcpy(head + 16, desc, len);
+    put_u64(head + 16 + len, (uint64_t)n);
+    put_u32(tail, ckpt_crc(w, n));
+    f = fopen(tmp, "wb");
+    if (f == NULL) {
+        flx_error(TRAIN, -1, "cannot write %s: %m", tmp);
+        free(tmp);
+        return FLX_ERR_IO;
+    }
+    ok = fwrite(head, 1, 24 + len, f) == 24 + len && fwrite(w, sizeof(float), n, f) == n &&
+         fwrite(tail, 1, 4, f) == 4 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (!ok) {
+        int err = errno;
+        fclose(f);
+        errno = err;
+        flx_error(TRAIN, -1, "cannot write %s: %m", tmp);
+        unlink(tmp);
+        free(tmp);
+        return FLX_ERR_IO;
+    }
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        flx_error(TRAIN, -1, "cannot write %s (through %s): %m", path, tmp);
+        unlink(tmp);
+        free(tmp);
+        return FLX_ERR_IO;
+    }
+    free(tmp);
+    return FLX_OK;
+}
+
+/* the header of an open file, checked against desc and n */
+static flx_status_t ckpt_read_head(FILE *f, const char *path, const char *desc, size_t n)
+{
+    uint8_t head[16 + CKPT_DESC_MAX + 8];
+    uint32_t version, len;
+    uint64_t count;
+
+    if (fread(head, 1, 16, f) != 16 || memcmp(head, CKPT_MAGIC, 8) != 0) {
+        flx_error(TRAIN, -1, "%s: not a flx-train model file (no %s header%s)", path,
+                  CKPT_MAGIC, ferror(f) ? ": read error" : "");
+        return ferror(f) ? FLX_ERR_IO : FLX_ERR_INVALID_ARG;
+    }
+    version = get_u32(head + 8);
+    len = get_u32(head + 12);
+    if (version != CKPT_VERSION) {
+        flx_error(TRAIN, -1, "%s: model file version %u, this flx-train reads %u", path,
+                  version, CKPT_VERSION);
+        return FLX_ERR_INVALID_ARG;
+    }
+    if (len == 0 || len > CKPT_DESC_MAX || fread(head + 16, 1, len + 8, f) != len + 8) {
+        flx_error(TRAIN, -1, "%s: damaged model file (its description is cut off)", path);
+        return FLX_ERR_INVALID_ARG;
+    }
+    if (len != strlen(desc) || memcmp(head + 16, desc, len) != 0) {
+        flx_error(TRAIN, -1, "%s holds a %.*s, not this run's %s (--model and the data "
+                  "must match the run that saved it)", path, (int)len, (const char *)head + 16,
+                  desc);
+        return FLX_ERR_INVALID_ARG;
+    }
+    count = get_u64(head + 16 + len);
+    if (count != (uint64_t)n) {
+        flx_error(TRAIN, -1, "%s: %llu parameters, this run's %s has %zu", path,
+                  (unsigned long long)count, desc, n);
+        return FLX_ERR_INVALID_ARG;
+    }
+    return FLX_OK;
+}
+
+flx_status_t ckpt_load(const char *path, const char *desc, float *w, size_t n)
+{
+    struct stat sb;
+    uint8_t tail[4];
+    float *buf;
+    FILE *f;
+    flx_status_t st;
+
+    if (!ckpt_host_ok(path, "read"))
+        return FLX_ERR_IO;
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        flx_error(TRAIN, -1, "cannot open %s: %m", path);
+        return FLX_ERR_IO;
+    }
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        flx_error(TRAIN, -1, "cannot read %s: not a regular file", path);
+        fclose(f);
+        return FLX_ERR_IO;
+    }
+    st = ckpt_read_head(f, path, desc, n);
+    if (st != FLX_OK) {
+        fclose(f);
+        return st;
+    }
+    buf = malloc(n * sizeof(float));
+    if (buf == NULL) {
+        flx_error(TRAIN, -1, "%s: no memory for its %zu weights", path, n);
+        fclose(f);
+        return FLX_ERR_NO_MEMORY;
+    }
+    if (fread(buf, sizeof(float), n, f) != n || fread(tail, 1, 4, f) != 4) {
+        flx_error(TRAIN, -1, "%s: %s", path, ferror(f) ? "read error" : "damaged model file "
+                  "(shorter than its header says)");
+        st = ferror(f) ? FLX_ERR_IO : FLX_ERR_INVALID_ARG;
+    } else if (fgetc(f) != EOF) {
+        flx_error(TRAIN, -1, "%s: damaged model file (longer than its header says)", path);
+        st = FLX_ERR_INVALID_ARG;
+    } else if (get_u32(tail) != ckpt_crc(buf, n)) {
+        flx_error(TRAIN, -1, "%s: damaged model file (the weights' CRC-32 does not match)",
+                  path);
+        st = FLX_ERR_INVALID_ARG;
+    }
+    fclose(f);
+    if (st == FLX_OK)
+        memcpy(w, buf, n * sizeof(float));
+    free(buf);
+    return st;
+}
