@@ -8,7 +8,7 @@ set -u
 top=${abs_top_builddir:-.}
 fail() { echo "FAIL: $*"; exit 1; }
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
 
 # train N POLICY ARGS...: runs, checks accuracy >= 85% and loss < 0.6
 train() {
@@ -268,6 +268,20 @@ for pol in selsync flex; do
     echo "$out" | grep -q "$pol: this rank's gradient holds NaN or Inf: every rank stops" ||
         fail "no clear error for a NaN gradient under $pol: $out"
 done
+# ... and a NaN in the last step's gradient, whose agreement is taken after the loop, before
+# the final evaluation: the run finds the first NaN step K - 1 of a longer run (it fails "at
+# step K"; selsync's steps do not depend on timing), then runs exactly K steps
+out=$("$top/flxrun" -n 3 --timeout 120 "$top/flx-train" --synthetic --model mlp:64 --batch 32 \
+      --policy selsync --lr 100 --epochs 1 --max-steps 100 2>&1) && fail "selsync went on with NaN: $out"
+k=$(echo "$out" | sed -n 's/.*gradient sync (selsync) failed at step \([0-9]*\):.*/\1/p' | head -1)
+[ -n "$k" ] || fail "no step for the NaN under selsync: $out"
+out=$("$top/flxrun" -n 3 --timeout 120 "$top/flx-train" --synthetic --model mlp:64 --batch 32 \
+      --policy selsync --lr 100 --epochs 1 --max-steps "$k" 2>&1) &&
+    fail "a NaN at the last step ($k steps) ended in success: $out"
+echo "$out" | grep -q "selsync: this rank's gradient held NaN or Inf at the last step: every rank stops" ||
+    fail "no clear error for a NaN at the last step ($k steps): $out"
+echo "$out" | grep -q "final test-acc" && fail "a NaN at the last step was evaluated: $out"
+echo "a NaN at the last of $k steps stops every rank"
 # an unwritable step log: every rank stops at once with a clear error (rank 1
 # reported a lost peer in the first sync before)
 out=$("$top/flxrun" -n 2 --timeout 60 "$top/flx-train" --synthetic --model mlp:64 \
@@ -317,18 +331,34 @@ more=$(echo "$out" | sed -n 's/.*final test-acc \([0-9.]*\)%.*/\1/p')
 awk -v a="$more" -v b="$b" -v f="$fresh" 'BEGIN { exit !(a > b && a > f) }' ||
     fail "10 more steps from the loaded model: $more% (loaded $b%, 10 steps from scratch $fresh%)"
 echo "loaded $b%, 10 more steps $more% (10 from scratch $fresh%)"
+# where the ranks' weights may differ, --epochs 0 scores the loaded weights themselves (their
+# mean over 3 ranks, a sum divided by 3, would move some by an ulp), and a run from them
+# syncs and keeps the ranks identical at each sync (the local-steps reference is the loaded
+# weights, taken after the load)
+for pol in selsync flex; do
+    out=$("$top/flxrun" -n 3 --timeout 120 "$top/flx-train" --synthetic --epochs 0 --policy $pol \
+          --load "$tmp/m.bin" 2>&1) || fail "--load --epochs 0 --policy $pol: $out"
+    c=$(echo "$out" | sed -n 's/.*final test-acc \([0-9.]*\)%.*/\1/p')
+    [ "$c" = "$b" ] || fail "--epochs 0 --policy $pol scores the loaded model $c%, dense $b%"
+    out=$("$top/flxrun" -n 3 --timeout 120 "$top/flx-train" --synthetic --epochs 1 --max-steps 20 \
+          --lr 0.01 --policy $pol --check-sync --load "$tmp/m.bin" 2>&1) || fail "--load --policy $pol: $out"
+done
 # bad model files: one line naming the file and what is wrong, every rank stops, and the
 # weights are not half-loaded (nothing trains)
 printf 'hello' >"$tmp/short.bin"
 head -c 1000 "$tmp/m.bin" >"$tmp/cut.bin"
 cp "$tmp/m.bin" "$tmp/long.bin" && printf 'x' >>"$tmp/long.bin"
-cp "$tmp/m.bin" "$tmp/flip.bin" &&
-    printf '\177' | dd of="$tmp/flip.bin" bs=1 seek=5000 conv=notrunc 2>/dev/null
+cp "$tmp/m.bin" "$tmp/flip.bin" # one byte of the weights inverted
+byte=$(od -An -tu1 -j5000 -N1 "$tmp/m.bin" | tr -d ' ')
+printf "\\$(printf '%03o' $((byte ^ 255)))" | dd of="$tmp/flip.bin" bs=1 seek=5000 conv=notrunc 2>/dev/null
+cmp -s "$tmp/m.bin" "$tmp/flip.bin" && fail "the test could not change a byte of the model file"
+mkfifo "$tmp/fifo.bin"
 for c in "short.bin:not a flx-train model file" \
          "cut.bin:damaged model file (shorter than its header says)" \
          "long.bin:damaged model file (longer than its header says)" \
          "flip.bin:damaged model file (the weights' CRC-32 does not match)" \
-         "none.bin:cannot open $tmp/none.bin: No such file or directory"; do
+         "none.bin:cannot open $tmp/none.bin: No such file or directory" \
+         "fifo.bin:cannot read $tmp/fifo.bin: not a regular file"; do
     f=${c%%:*} msg=${c#*:}
     out=$("$top/flxrun" -n 2 --timeout 60 "$top/flx-train" --synthetic --epochs 1 \
           --load "$tmp/$f" 2>&1) && fail "--load $f accepted: $out"
@@ -341,20 +371,37 @@ out=$("$top/flx-train" --synthetic --model mlp:32 --epochs 0 --load "$tmp/m.bin"
     fail "a model file of another model accepted: $out"
 echo "$out" | grep -q "$tmp/m.bin holds a MLP 64-256-256-10, not this run's MLP 64-32-10" ||
     fail "no clear line for a model file of another model: $out"
-# an unwritable --save: the run fails with the file named, and an existing file is kept whole
+# an unwritable --save (no such folder, a directory in its place): every rank stops before
+# training, with the file named (it trained, then lost the model, before)
+mkdir "$tmp/adir"
+for c in "/nonexistent-dir/m.bin:cannot write /nonexistent-dir/m.bin (a file beside it: /nonexistent-dir/m.bin.XXXXXX): No such file or directory" \
+         "$tmp/adir:cannot write $tmp/adir: it is not a regular file"; do
+    f=${c%%:*} msg=${c#*:}
+    out=$("$top/flxrun" -n 2 --timeout 60 "$top/flx-train" --synthetic --epochs 1 --save "$f" 2>&1) &&
+        fail "an unwritable --save $f was accepted: $out"
+    echo "$out" | grep -qF "$msg" || fail "--save $f: no line saying '$msg': $out"
+    echo "$out" | grep -q "^\[1\] flx-train: rank 1: rank 0 cannot write the model file (--save)" ||
+        fail "--save $f: rank 1 does not say why it stops: $out"
+    echo "$out" | grep -q "epoch 1/1" && fail "--save $f: a rank trained: $out"
+done
+# a file it replaces keeps its mode, and is replaced whole: in a read-only folder (not for
+# root, who writes anyway) the run stops before training and the file is as it was
+cp "$tmp/m.bin" "$tmp/keep.bin" && chmod 640 "$tmp/keep.bin"
+"$top/flx-train" --synthetic --epochs 1 --max-steps 2 --save "$tmp/keep.bin" >/dev/null 2>&1 ||
+    fail "--save over an existing file failed"
+[ "$(stat -c %a "$tmp/keep.bin")" = 640 ] || fail "--save changed the mode of the file it replaced"
+cmp -s "$tmp/m.bin" "$tmp/keep.bin" && fail "--save did not replace the file"
+ls "$tmp" | grep -q "keep.bin\." && fail "--save left its temporary file behind"
 cp "$tmp/m.bin" "$tmp/keep.bin"
-out=$("$top/flx-train" --synthetic --epochs 1 --max-steps 2 --save /nonexistent-dir/m.bin 2>&1) &&
-    fail "an unwritable --save was accepted: $out"
-echo "$out" | grep -q "cannot write /nonexistent-dir/m.bin.tmp: No such file or directory" ||
-    fail "no clear line for an unwritable --save: $out"
-chmod 555 "$tmp" 2>/dev/null
-if [ "$(id -u)" != 0 ]; then # root writes anyway
+if [ "$(id -u)" != 0 ]; then
+    chmod 555 "$tmp"
     "$top/flx-train" --synthetic --epochs 1 --max-steps 2 --save "$tmp/keep.bin" >/dev/null 2>&1 &&
         fail "--save into a read-only folder succeeded"
+    chmod 755 "$tmp"
     cmp -s "$tmp/m.bin" "$tmp/keep.bin" || fail "a failed --save changed the file it would replace"
 fi
-chmod 755 "$tmp"
-"$top/flx-train" --synthetic --epochs 1 --save "" >/dev/null 2>&1 && fail "--save '' accepted"
+out=$("$top/flx-train" --synthetic --epochs 1 --save "" 2>&1)
+[ $? = 2 ] && echo "$out" | grep -q "bad value '' for --save" || fail "--save '' accepted: $out"
 # ranks that disagree on --load stop at once with one line
 out=$("$top/flxrun" -n 2 --timeout 60 sh -c "if [ \$FLX_RANK = 0 ]; then l='--load $tmp/m.bin'; \
       else l=; fi; exec '$top/flx-train' --synthetic --epochs 1 --max-steps 2 \$l" 2>&1) &&

@@ -17,17 +17,24 @@
 #include "flexcoll.h"
 #include <stddef.h>
 
-/* Write w[0, n) with desc to path: to path.tmp first, renamed over path
- * once complete, so an existing file is replaced whole or not at all.
- * FLX_ERR_IO (with one line naming the file and the system's reason) or
- * FLX_ERR_NO_MEMORY; FLX_OK. */
-flx_status_t ckpt_save(const char *path, const char *desc, const float *w, size_t n);
+/* Write w[0, n) with desc to path: to a new file beside it (path.XXXXXX),
+ * renamed over path once complete and synced, so an existing file is
+ * replaced whole or not at all (and keeps its mode).  FLX_ERR_IO (one line
+ * naming the file and the system's reason), FLX_ERR_INVALID_ARG (desc
+ * empty or longer than 255 bytes); FLX_OK.  rank: for the log line. */
+flx_status_t ckpt_save(const char *path, const char *desc, const float *w, size_t n, int rank);
+
+/* Whether ckpt_save could create its file beside path (a file created and
+ * removed): FLX_ERR_IO with one line, or FLX_OK.  For a check before
+ * training rather than after it. */
+flx_status_t ckpt_check_writable(const char *path, int rank);
 
 /* Read path into w[0, n), which is written only when the whole file is
- * good: its magic, version, description (must equal desc), n, length and
- * CRC.  FLX_ERR_IO (cannot read it), FLX_ERR_INVALID_ARG (not a model
- * file, another model, damaged), FLX_ERR_NO_MEMORY; one line says which
- * and names the file.  FLX_OK. */
-flx_status_t ckpt_load(const char *path, const char *desc, float *w, size_t n);
+ * good: a regular file (a FIFO is refused, not waited on), its magic,
+ * version, description (must equal desc), n, length and CRC.  FLX_ERR_IO
+ * (cannot read it), FLX_ERR_INVALID_ARG (not a model file, another model,
+ * damaged), FLX_ERR_NO_MEMORY; one line says which and names the file.
+ * FLX_OK. */
+flx_status_t ckpt_load(const char *path, const char *desc, float *w, size_t n, int rank);
 
 #endif

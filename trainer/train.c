@@ -63,7 +63,8 @@ static void usage(FILE *out)
             "                     (default mlp:256,256)\n"
             "  --hidden A,B,...   same as --model mlp:A,B,...\n"
             "optimiser:\n"
-            "  --epochs N         epochs (default 2); 0: only evaluate (with --load)\n"
+            "  --epochs N         epochs (default 2); 0: only evaluate the starting weights\n"
+            "                     (--load's, else the seed's)\n"
             "  --batch B          examples per rank per step (default 64)\n"
             "  --lr X             learning rate (default 0.05)\n"
             "  --lr-schedule S    step (x0.1 at 50%% and 75%% of the epochs when there are\n"
@@ -607,7 +608,7 @@ static int run_load(run_t *r)
     flx_status_t st = FLX_OK;
 
     if (r->rank == 0)
-        bad = ckpt_load(r->o.load_path, nn_describe(r->nn), nn_params(r->nn), n) != FLX_OK;
+        bad = ckpt_load(r->o.load_path, nn_describe(r->nn), nn_params(r->nn), n, 0) != FLX_OK;
     if (r->size > 1) {
         st = flx_allreduce(r->comm, &bad, &bad, 1, FLX_INT32, FLX_MAX, FLX_ALGO_AUTO);
         if (st == FLX_OK && !bad)
@@ -644,7 +645,7 @@ static int run_save(run_t *r)
     }
     if (r->rank != 0)
         return 0;
-    if (ckpt_save(r->o.save_path, nn_describe(r->nn), nn_params(r->nn), n) != FLX_OK)
+    if (ckpt_save(r->o.save_path, nn_describe(r->nn), nn_params(r->nn), n, 0) != FLX_OK)
         return -1;
     printf("flx-train: saved %s (%zu parameters) to %s\n", nn_describe(r->nn), n,
            r->o.save_path);
@@ -670,7 +671,9 @@ static int train(run_t *r)
     uint8_t *yb = malloc(o->batch);
     double prev_lr = -1, acc = 0;
     long step = 0, total_steps;
-    int rc = -1, stop = 0, apart = r->size > 1 && sync_local_models(r->sync);
+    /* with --epochs 0 the weights are the same everywhere: their mean, a sum
+     * divided by N, could move them by an ulp */
+    int rc = -1, stop = 0, apart = r->size > 1 && sync_local_models(r->sync) && o->epochs > 0;
 
     order = malloc(r->train.n * sizeof(size_t));
     if (apart) /* run_evaluate evaluates the ranks' mean */
@@ -808,11 +811,11 @@ static int train(run_t *r)
     }
     if (o->epochs == 0 && run_evaluate(r, &acc) != 0) /* --epochs 0: evaluation only */
         goto out;
-    if (o->save_path && run_save(r) != 0)
-        goto out;
     if (r->rank == 0)
         printf("flx-train: final test-acc %.2f%%, %.1f s of training, %.1f MB sent per rank\n",
                100.0 * acc, r->clock, r->bytes_total / 1e6);
+    if (o->save_path && run_save(r) != 0)
+        goto out;
     rc = 0;
 out:
     free(velocity);
@@ -848,17 +851,20 @@ int main(int argc, char **argv)
     if (r.rank == 0 && r.o.unused[0])
         fprintf(stderr, "flx-train: warning: --policy %s ignores %s\n",
                 policy_name(r.o.sync.policy), r.o.unused);
-    {   /* rank 0 writes the step log: opened first, so every rank stops at once if it cannot */
+    {   /* rank 0 writes the step log and the model: checked first, so every rank stops
+         * at once if it cannot (rather than after training, for the model) */
         int32_t bad = 0;
         if (r.rank == 0 && r.o.log_path && (r.log = fopen(r.o.log_path, "w")) == NULL) {
             fprintf(stderr, "flx-train: cannot write %s: %s\n", r.o.log_path, strerror(errno));
             bad = 1;
         }
+        if (r.rank == 0 && !bad && r.o.save_path && ckpt_check_writable(r.o.save_path, 0) != FLX_OK)
+            bad = 2;
         st = flx_allreduce(r.comm, &bad, &bad, 1, FLX_INT32, FLX_MAX, FLX_ALGO_AUTO);
         if (st != FLX_OK || bad) {
             if (st == FLX_OK && r.rank != 0)
-                fprintf(stderr, "flx-train: rank %d: rank 0 cannot write the step log\n",
-                        r.rank);
+                fprintf(stderr, "flx-train: rank %d: rank 0 cannot write the %s\n", r.rank,
+                        bad == 1 ? "step log" : "model file (--save)");
             goto out;
         }
     }
@@ -893,12 +899,12 @@ int main(int argc, char **argv)
                 flx_status_string(st));
         goto out;
     }
-    if (r.o.load_path && run_load(&r) != 0) /* before the sync copies the weights */
-        goto out;
     /* the gradient and the weights live as long as the run: registered once (ib) */
     st = flx_mem_register(r.comm, nn_grads(r.nn), nn_nparams(r.nn) * sizeof(float));
     if (st == FLX_OK)
         st = flx_mem_register(r.comm, nn_params(r.nn), nn_nparams(r.nn) * sizeof(float));
+    if (st == FLX_OK && r.o.load_path && run_load(&r) != 0) /* before the sync copies them */
+        goto out;
     if (st == FLX_OK)
         st = sync_create(r.comm, r.nn, &r.o.sync, &r.sync);
     if (st != FLX_OK) {
