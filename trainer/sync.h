@@ -68,14 +68,21 @@ flx_status_t sync_destroy(sync_t *s);
 void sync_grad_ready(void *ctx, int seg);
 /* After backprop: finish this step's gradient sync (grads become the mean
  * over the ranks), except for selsync and flex with local steps: their
- * norm test runs here and the gradient stays the rank's own (zeroed if it
- * holds NaN or Inf: every rank then fails at the next step, or at
- * sync_finish). */
+ * norm test decides here whether this step syncs (on the change agreed
+ * after the last step's update) and the gradient stays the rank's own;
+ * a NaN or Inf some rank's last gradient held fails every rank here. */
 flx_status_t sync_gradients(sync_t *s, double compute_s, sync_report_t *r);
-/* After the optimiser's update: SelSync averages the weights on the steps
- * it syncs, flex with local steps syncs the drift since the last sync;
- * no-op for the other policies. */
-flx_status_t sync_after_update(sync_t *s, sync_report_t *r);
+/* Whether the norm test wants this step's sum of squares of the gradient
+ * from the update (selsync, flex with local steps). */
+int sync_wants_norm(const sync_t *s);
+/* After the optimiser's update: for selsync and flex with local steps,
+ * grad_sq (the gradient's sum of squares, computed in the update's pass;
+ * grad_bad: it held NaN or Inf, which the caller zeroed before stepping)
+ * goes into the norm test's agreement, taken at the next step; then
+ * SelSync averages the weights on the steps it syncs and flex syncs the
+ * drift since the last sync.  No-op for the other policies (their
+ * arguments unused). */
+flx_status_t sync_after_update(sync_t *s, double grad_sq, int grad_bad, sync_report_t *r);
 /* Collective, after the last step: waits for the norm test's last
  * agreement (selsync, flex's local steps); FLX_ERR_INVALID_ARG on every
  * rank, one line logged, if it says a gradient held NaN or Inf.  No-op for

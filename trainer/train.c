@@ -662,6 +662,46 @@ static void momentum_step(const train_opts_t *o, float *velocity, const float *g
     }
 }
 
+/* The optimiser's update, velocity and weights in one pass, block by block
+ * while each block is in cache (the same arithmetic per weight as
+ * momentum_step followed by x -= lr v, which read the velocity and the
+ * weights twice: 4 ranks sharing 2 cores stepped 3-4 ms faster in 24-32).
+ * With sq_p (selsync, flex's local steps): also the norm test's sum of
+ * squares of the gradient, each block summed (cblas_dsdot: a double sum)
+ * before it is stepped, so the gradient is read from memory once rather
+ * than twice; non-finite values are zeroed first (the weights stay finite;
+ * the norm test tells every rank, which stop at the next step), and the
+ * return says whether there were any. */
+#define UPDATE_BLOCK 2048
+static int update_step(const train_opts_t *o, double lr, float *velocity, float *grads,
+                       float *params, size_t n, double *sq_p)
+{
+    double sq = 0;
+    int bad = 0;
+
+    for (size_t b = 0; b < n; b += UPDATE_BLOCK) {
+        size_t m = n - b < UPDATE_BLOCK ? n - b : UPDATE_BLOCK;
+
+        if (sq_p) {
+            double part = cblas_dsdot((int)m, grads + b, 1, grads + b, 1);
+            if (!isfinite(part)) {
+                for (size_t i = b; i < b + m; i++)
+                    if (!isfinite(grads[i]))
+                        grads[i] = 0;
+                bad = 1;
+                part = cblas_dsdot((int)m, grads + b, 1, grads + b, 1);
+            }
+            sq += part;
+        }
+        momentum_step(o, velocity + b, grads + b, params + b, m);
+        for (size_t i = b; i < b + m; i++)
+            params[i] -= (float)lr * velocity[i];
+    }
+    if (sq_p)
+        *sq_p = sq;
+    return bad;
+}
+
 static int train(run_t *r)
 {
     const train_opts_t *o = &r->o;
@@ -695,6 +735,8 @@ static int train(run_t *r)
         shuffle(order, r->train.n, o->seed * 1000003u + (uint64_t)epoch);
         for (s = 0; s < steps_per_epoch; s++, step++) {
             double lr = lr_at(o, epoch, (double)step, (double)total_steps), t0, t1, t2, test_acc = -1;
+            double grad_sq = 0;
+            int grad_bad = 0;
             size_t c;
             float loss;
             sync_report_t rep;
@@ -724,12 +766,11 @@ static int train(run_t *r)
                 for (size_t i = 0; i < n; i++)
                     params[i] -= (float)lr * grads[i];
             } else if (st == FLX_OK) {
-                momentum_step(o, velocity, grads, params, n);
-                for (size_t i = 0; i < n; i++)
-                    params[i] -= (float)lr * velocity[i];
+                grad_bad = update_step(o, lr, velocity, grads, params, n,
+                                       sync_wants_norm(r->sync) ? &grad_sq : NULL);
             }
             if (st == FLX_OK)
-                st = sync_after_update(r->sync, &rep);
+                st = sync_after_update(r->sync, grad_sq, grad_bad, &rep);
             if (st == FLX_OK && o->check_sync && rep.synced)
                 st = check_weights(r->comm, params, n, step);
             if (st != FLX_OK) {
