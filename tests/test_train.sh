@@ -268,6 +268,14 @@ for pol in selsync flex; do
     echo "$out" | grep -q "$pol: this rank's gradient holds NaN or Inf: every rank stops" ||
         fail "no clear error for a NaN gradient under $pol: $out"
 done
+# ... and alone (one rank, no agreement to carry it): it stops at once with its line (with
+# the norm taken in the update's pass it trained on, bad values zeroed, until this was caught)
+for pol in selsync flex; do
+    out=$("$top/flx-train" --synthetic --model mlp:64 --batch 32 --policy $pol --lr 100 \
+          --epochs 3 2>&1) && fail "$pol on one rank went on with NaN: $out"
+    echo "$out" | grep -q "$pol: this rank's gradient holds NaN or Inf: it stops" ||
+        fail "no clear error for a NaN gradient under $pol on one rank: $out"
+done
 # ... and a NaN in the last step's gradient, whose agreement is taken after the loop, before
 # the final evaluation: the run finds the first NaN step K - 1 of a longer run (it fails "at
 # step K"; selsync's steps do not depend on timing), then runs exactly K steps

@@ -269,18 +269,19 @@ flx_status_t sync_create(flx_comm_h comm, nn_t *nn, const sync_opts_t *o, sync_t
 
 flx_status_t sync_destroy(sync_t *s)
 {
-    flx_status_t st, ret = FLX_OK;
+    flx_status_t st;
 
     if (s == NULL)
         return FLX_OK;
     for (int b = 0; b < s->nbuckets; b++)
         if (s->bucket[b].req)
             flx_wait(s->bucket[b].req);
-    ret = sync_finish(s); /* normally done already, after the last step */
+    /* the norm test's last agreement, if a failure came before sync_finish:
+     * ended, what it says left unsaid (the failure's own line said why) */
+    if (s->norm_req)
+        flx_wait(s->norm_req);
     flx_gsync_destroy(s->gs);
     st = flx_ctl_destroy(s->ctl); /* its decision log, if any, closed */
-    if (st == FLX_OK)
-        st = ret;
     free(s->xref);
     free(s);
     return st;
@@ -414,6 +415,11 @@ static flx_status_t sync_norm_update(sync_t *s, double grad_sq, int bad, sync_re
     flx_status_t st = FLX_OK;
 
     bad = bad || !isfinite(norm); /* NaN would not compare alike on every rank */
+    if (bad && s->N == 1) { /* no agreement to carry it: alone, it stops here */
+        flx_error(TRAIN, s->rank, "%s: this rank's gradient holds NaN or Inf: it stops",
+                  policy_name(s->o.policy));
+        return FLX_ERR_INVALID_ARG;
+    }
     if (!bad)
         s->norm_ema = prev < 0 ? norm : (1 - SELSYNC_SMOOTH) * prev + SELSYNC_SMOOTH * norm;
     if (s->sync_now)
@@ -457,8 +463,9 @@ static flx_status_t sync_drift(sync_t *s, sync_report_t *r)
     for (size_t i = 0; i < s->n; i++)
         d[i] = s->xref[i] - x[i];
     if (flx_first_nonfinite(d, s->n) < s->n) /* the controller fails every rank alike */
-        flx_error(TRAIN, s->rank, "flex: this rank's weights hold NaN or Inf (the update "
-                  "overflowed since the last sync): every rank stops");
+        flx_error(TRAIN, s->rank, "flex: this rank's weights hold NaN or Inf (%s): every rank "
+                  "stops", s->bad_sent ? "this rank's gradient holds NaN or Inf, and its "
+                  "finite part overflowed them" : "the update overflowed since the last sync");
     /* scored as a step: this step's compute, the sync's selection and comm */
     st = flx_ctl_step(s->ctl, d, s->step_compute, &c);
     if (st != FLX_OK)

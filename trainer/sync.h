@@ -60,8 +60,9 @@ int policy_parse(const char *name);
 
 flx_status_t sync_create(flx_comm_h comm, nn_t *nn, const sync_opts_t *o, sync_t **sync_p);
 /* Ends what is under way, frees everything; an error of the controller's
- * last agreement or of writing its decision log, or of the norm test's
- * last agreement unless sync_finish took it (one line logged). */
+ * last agreement or of writing its decision log (one line logged).  The
+ * norm test's last agreement, if sync_finish did not take it (a run that
+ * failed before), is waited for and its news dropped. */
 flx_status_t sync_destroy(sync_t *s);
 /* nn_grad_ready_fn for nn_train_batch (ctx: the sync_t): the dense policy
  * starts a segment's allreduce as soon as its bucket is complete. */
@@ -77,8 +78,9 @@ flx_status_t sync_gradients(sync_t *s, double compute_s, sync_report_t *r);
 int sync_wants_norm(const sync_t *s);
 /* After the optimiser's update: for selsync and flex with local steps,
  * grad_sq (the gradient's sum of squares, computed in the update's pass;
- * grad_bad: it held NaN or Inf, which the caller zeroed before stepping)
- * goes into the norm test's agreement, taken at the next step; then
+ * grad_bad: it held NaN or Inf, zeroed by the caller from the first block
+ * that did) goes into the norm test's agreement, taken at the next step
+ * (alone, N = 1, a bad gradient fails here, one line); then
  * SelSync averages the weights on the steps it syncs and flex syncs the
  * drift since the last sync.  No-op for the other policies (their
  * arguments unused). */

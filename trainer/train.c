@@ -669,9 +669,10 @@ static void momentum_step(const train_opts_t *o, float *velocity, const float *g
  * With sq_p (selsync, flex's local steps): also the norm test's sum of
  * squares of the gradient, each block summed (cblas_dsdot: a double sum)
  * before it is stepped, so the gradient is read from memory once rather
- * than twice; non-finite values are zeroed first (the weights stay finite;
- * the norm test tells every rank, which stop at the next step), and the
- * return says whether there were any. */
+ * than twice.  From the first block holding NaN or Inf on, the gradient is
+ * zeroed (the blocks before were stepped already: a diverging rank's finite
+ * values may still overflow its weights), the norm test tells every rank,
+ * and they stop at the next step; the return says whether that happened. */
 #define UPDATE_BLOCK 2048
 static int update_step(const train_opts_t *o, double lr, float *velocity, float *grads,
                        float *params, size_t n, double *sq_p)
@@ -682,17 +683,13 @@ static int update_step(const train_opts_t *o, double lr, float *velocity, float 
     for (size_t b = 0; b < n; b += UPDATE_BLOCK) {
         size_t m = n - b < UPDATE_BLOCK ? n - b : UPDATE_BLOCK;
 
-        if (sq_p) {
+        if (sq_p && !bad) {
             double part = cblas_dsdot((int)m, grads + b, 1, grads + b, 1);
-            if (!isfinite(part)) {
-                for (size_t i = b; i < b + m; i++)
-                    if (!isfinite(grads[i]))
-                        grads[i] = 0;
-                bad = 1;
-                part = cblas_dsdot((int)m, grads + b, 1, grads + b, 1);
-            }
+            bad = !isfinite(part);
             sq += part;
         }
+        if (bad) /* this block and every one after it */
+            memset(grads + b, 0, m * sizeof(float));
         momentum_step(o, velocity + b, grads + b, params + b, m);
         for (size_t i = b; i < b + m; i++)
             params[i] -= (float)lr * velocity[i];
