@@ -67,25 +67,25 @@ static uint32_t ckpt_crc(const float *w, size_t n)
 }
 
 /* a new file in path's folder, path.XXXXXX (mkstemp: its own name, never
- * an existing file or link), the name in *tmp_p (malloc'd); -1 and errno */
-static int ckpt_tmp_open(const char *path, char **tmp_p)
+ * an existing file or link), the name in *tmp_p (malloc'd); -1 with one
+ * line logged */
+static int ckpt_tmp_open(const char *path, char **tmp_p, int rank)
 {
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 8);
-    int fd;
+    int fd = -1;
 
     *tmp_p = NULL;
-    if (tmp == NULL) {
+    if (tmp != NULL) {
+        memcpy(tmp, path, plen);
+        memcpy(tmp + plen, ".XXXXXX", 8);
+        fd = mkstemp(tmp);
+    } else {
         errno = ENOMEM;
-        return -1;
     }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".XXXXXX", 8);
-    fd = mkstemp(tmp);
     if (fd < 0) {
-        int err = errno;
+        flx_error(TRAIN, rank, "cannot write %s (a file beside it: %s.XXXXXX): %m", path, path);
         free(tmp);
-        errno = err;
         return -1;
     }
     *tmp_p = tmp;
@@ -103,11 +103,9 @@ flx_status_t ckpt_check_writable(const char *path, int rank)
                   "or a device)", path);
         return FLX_ERR_IO;
     }
-    fd = ckpt_tmp_open(path, &tmp);
-    if (fd < 0) {
-        flx_error(TRAIN, rank, "cannot write %s (a file beside it: %s.XXXXXX): %m", path, path);
+    fd = ckpt_tmp_open(path, &tmp, rank);
+    if (fd < 0)
         return FLX_ERR_IO;
-    }
     close(fd);
     unlink(tmp);
     free(tmp);
@@ -148,11 +146,9 @@ flx_status_t ckpt_save(const char *path, const char *desc, const float *w, size_
     memcpy(head + 16, desc, len);
     put_u64(head + 16 + len, (uint64_t)n);
     put_u32(tail, ckpt_crc(w, n));
-    fd = ckpt_tmp_open(path, &tmp);
-    if (fd < 0) {
-        flx_error(TRAIN, rank, "cannot write %s (a file beside it: %s.XXXXXX): %m", path, path);
+    fd = ckpt_tmp_open(path, &tmp, rank);
+    if (fd < 0)
         return FLX_ERR_IO;
-    }
     f = fdopen(fd, "wb");
     ok = f != NULL && fchmod(fd, ckpt_mode(path)) == 0 && fwrite(head, 1, 24 + len, f) == 24 + len &&
          fwrite(w, sizeof(float), n, f) == n && fwrite(tail, 1, 4, f) == 4 && fflush(f) == 0 &&

@@ -585,11 +585,6 @@ int sync_local_models(const sync_t *s)
     return s->o.policy == POL_SELSYNC || s->local;
 }
 
-int sync_wants_norm(const sync_t *s)
-{
-    return sync_local_models(s);
-}
-
 int sync_policy_topk(policy_t p)
 {
     return p == POL_TOPK_AG || p == POL_ARTOPK || p == POL_ACCORDION || p == POL_GRAVAC ||

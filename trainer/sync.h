@@ -73,9 +73,6 @@ void sync_grad_ready(void *ctx, int seg);
  * after the last step's update) and the gradient stays the rank's own;
  * a NaN or Inf some rank's last gradient held fails every rank here. */
 flx_status_t sync_gradients(sync_t *s, double compute_s, sync_report_t *r);
-/* Whether the norm test wants this step's sum of squares of the gradient
- * from the update (selsync, flex with local steps). */
-int sync_wants_norm(const sync_t *s);
 /* After the optimiser's update: for selsync and flex with local steps,
  * grad_sq (the gradient's sum of squares, computed in the update's pass;
  * grad_bad: it held NaN or Inf, zeroed by the caller from the first block
@@ -91,7 +88,8 @@ flx_status_t sync_after_update(sync_t *s, double grad_sq, int grad_bad, sync_rep
  * the other policies, and when called again. */
 flx_status_t sync_finish(sync_t *s);
 /* Whether the ranks' weights may differ between two syncs (selsync, flex
- * with local steps). */
+ * with local steps): also the policies whose norm test wants the
+ * gradient's sum of squares in sync_after_update. */
 int sync_local_models(const sync_t *s);
 /* Whether the policy compresses by top-k with error feedback (what
  * momentum correction needs). */

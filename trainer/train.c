@@ -571,6 +571,15 @@ static int agree_data(run_t *r, flx_status_t load_st)
     return 0;
 }
 
+/* Collective: every rank's weights become the ranks' mean.  The one
+ * allreduce that both the evaluation and --save use, so that the saved
+ * model is the same bits as the one evaluated. */
+static flx_status_t weights_mean(run_t *r)
+{
+    return flx_allreduce(r->comm, nn_params(r->nn), nn_params(r->nn), nn_nparams(r->nn),
+                         FLX_FLOAT32, FLX_AVG, FLX_ALGO_RING);
+}
+
 /* Collective.  Where the ranks' weights may differ (selsync, flex's local
  * steps, between two syncs) the model evaluated is their mean, computed
  * apart: each rank's own weights come back afterwards, so evaluating does
@@ -586,7 +595,7 @@ static int run_evaluate(run_t *r, double *acc_p)
 
     if (apart) {
         memcpy(r->eval_save, params, n * sizeof(float));
-        st = flx_allreduce(r->comm, params, params, n, FLX_FLOAT32, FLX_AVG, FLX_ALGO_RING);
+        st = weights_mean(r);
     }
     if (st == FLX_OK)
         st = evaluate(r->comm, r->nn, &r->test, acc_p, &loss);
@@ -627,8 +636,8 @@ static int run_load(run_t *r)
 }
 
 /* --save, collective where the ranks' weights differ: the model the last
- * evaluation tested (their mean, the same allreduce as run_evaluate's, so
- * the same bits), written by rank 0.  0: saved; -1: rank 0 could not (its
+ * evaluation tested (their mean by weights_mean, as run_evaluate's, so the
+ * same bits), written by rank 0.  0: saved; -1: rank 0 could not (its
  * line says why) or the mean failed. */
 static int run_save(run_t *r)
 {
@@ -636,8 +645,7 @@ static int run_save(run_t *r)
     flx_status_t st = FLX_OK;
 
     if (r->eval_save != NULL) /* the end of the run: the mean may stay */
-        st = flx_allreduce(r->comm, nn_params(r->nn), nn_params(r->nn), n, FLX_FLOAT32,
-                           FLX_AVG, FLX_ALGO_RING);
+        st = weights_mean(r);
     if (st != FLX_OK) {
         fprintf(stderr, "flx-train: rank %d: cannot average the weights to save: %s\n",
                 r->rank, flx_status_string(st));
@@ -764,7 +772,7 @@ static int train(run_t *r)
                     params[i] -= (float)lr * grads[i];
             } else if (st == FLX_OK) {
                 grad_bad = update_step(o, lr, velocity, grads, params, n,
-                                       sync_wants_norm(r->sync) ? &grad_sq : NULL);
+                                       sync_local_models(r->sync) ? &grad_sq : NULL);
             }
             if (st == FLX_OK)
                 st = sync_after_update(r->sync, grad_sq, grad_bad, &rep);
