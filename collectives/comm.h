@@ -120,9 +120,23 @@ flx_status_t coll_recv(flx_comm_h comm, int peer, uint32_t step, void *buf, size
  * FLX_TIMEOUT (logged with the collective, its number and the peer). */
 flx_status_t coll_wait(flx_comm_h comm, tl_req_t *req);
 flx_status_t coll_waitall(flx_comm_h comm, tl_req_t *reqs, size_t n);
+/* How long one wait has waited, for FLX_TIMEOUT.  A gap longer than
+ * COLL_STALL_S between two of its progress rounds is not counted: this
+ * process did not run (stopped by SIGTSTP or SIGSTOP, as flxrun does to
+ * every rank on Ctrl-Z, or not scheduled), so after a stop of the whole job
+ * a rank does not time out on a peer that resumed a moment after it.  A
+ * peer stopped alone still times out: the waiting rank's clock has no gap. */
+typedef struct {
+    double since; /* when the wait began (or last moved), shifted by every gap */
+    double last;  /* the last progress round */
+} coll_clock_t;
+
+#define COLL_STALL_S 1.0
+
+void coll_clock_start(coll_clock_t *clk);
 /* One progress round; fails with FLX_ERR_TIMED_OUT when *waiting (may be
- * NULL) is still incomplete FLX_TIMEOUT after since (flx_time_coarse). */
-flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, double since);
+ * NULL) is still incomplete FLX_TIMEOUT after clk->since, gaps left out. */
+flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, coll_clock_t *clk);
 /* Exchange: post recv then send, wait both. */
 flx_status_t coll_sendrecv(flx_comm_h comm, int dst, const void *sbuf, size_t slen,
                            int src, void *rbuf, size_t rlen, uint32_t step);

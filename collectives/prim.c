@@ -59,16 +59,26 @@ flx_status_t coll_recv(flx_comm_h comm, int peer, uint32_t step, void *buf, size
  * from another thread takes to reach a waiting collective. */
 #define COLL_PROGRESS_SLICE_S 0.1
 
-flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, double since)
+void coll_clock_start(coll_clock_t *clk)
+{
+    clk->since = clk->last = flx_time_coarse();
+}
+
+flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, coll_clock_t *clk)
 {
     flx_status_t st;
+    double now;
 
     if (comm_aborted(comm))
         return prim_failed(comm, FLX_ERR_ABORTED); /* and the peers are told */
     st = comm->tl->progress(comm->tlctx, COLL_PROGRESS_SLICE_S);
     if (st != FLX_OK)
         return prim_failed(comm, comm_aborted(comm) ? FLX_ERR_ABORTED : st);
-    if (waiting && !waiting->complete && flx_time_coarse() - since > comm->cfg.timeout_s) {
+    now = flx_time_coarse();
+    if (now - clk->last > COLL_STALL_S)
+        clk->since += now - clk->last; /* this process was stopped: see coll_clock_t */
+    clk->last = now;
+    if (waiting && !waiting->complete && now - clk->since > comm->cfg.timeout_s) {
         flx_error(COLL, comm->rank,
                   "%s #%u timed out after %.1f s waiting to %s rank %d (step %u)",
                   comm->coll_name, comm->tag.seq, comm->cfg.timeout_s,
@@ -82,10 +92,11 @@ flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, double since)
 
 flx_status_t coll_wait(flx_comm_h comm, tl_req_t *req)
 {
-    double since = flx_time_coarse();
+    coll_clock_t clk;
 
+    coll_clock_start(&clk);
     while (!req->complete) {
-        flx_status_t st = coll_progress(comm, req, since);
+        flx_status_t st = coll_progress(comm, req, &clk);
         if (st != FLX_OK)
             return st;
     }

@@ -31,8 +31,9 @@ flx_status_t coll_allreduce_tree(flx_comm_h comm, const void *src, void *buf, si
     const int nbuf = nchild - (in && nchild > 0); /* receive buffers */
     tl_req_t *creq[2], *preq, *upreq, *downreq;
     flx_status_t st = FLX_OK;
-    double since = flx_time_coarse();
+    coll_clock_t clk;
 
+    coll_clock_start(&clk);
     if (in && count && n == 1)
         memcpy(buf, in, count * es);
     if (count == 0 || n == 1)
@@ -91,11 +92,11 @@ flx_status_t coll_allreduce_tree(flx_comm_h comm, const void *src, void *buf, si
             moved = 1;
         }
         if (moved)
-            since = flx_time_coarse();
+            coll_clock_start(&clk);
         else if (down < nch) {
             tl_req_t *w = up < nch && nchild > 0 ? &creq[creq[0][up].complete ? 1 : 0][up]
                                                  : &preq[down];
-            st = coll_progress(comm, w, since);
+            st = coll_progress(comm, w, &clk);
         }
     }
     for (size_t j = 0; j < nch && st == FLX_OK; j++) {

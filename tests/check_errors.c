@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define SHORT_TIMEOUT "3s"
@@ -311,6 +312,65 @@ START_TEST(test_dead_peer)
                       codes[r]);
     if (sig == SIGSTOP) /* the stalled rank was killed by the harness; others timed out */
         ck_assert_int_eq(codes[2], 128 + SIGKILL);
+    unsetenv("FLX_TIMEOUT");
+}
+END_TEST
+
+/* ---- the whole job stopped (Ctrl-Z under flxrun) ------------------------------- */
+
+/* Every rank is stopped for longer than FLX_TIMEOUT while the others wait in
+ * an allreduce for the last one, and the last is continued 0.5 s after the
+ * rest, as a slow resume would: no call may time out (before, the ranks
+ * resumed first timed out at once: the stop counted as waiting), and every
+ * result must be right.  A helper forked by the last rank does the signals. */
+static int body_job_stopped(flx_comm_h comm, int rank, int size, void *arg)
+{
+    int64_t me = getpid(), pids[8];
+    float buf[1024];
+    flx_status_t st;
+    pid_t helper = -1;
+
+    (void)arg;
+    if ((st = flx_allgather(comm, &me, pids, 1, FLX_INT64, FLX_ALGO_AUTO)) != FLX_OK)
+        return mp_fail(rank, "allgather of pids: %s", flx_status_string(st));
+    for (int k = 0; k < 8; k++) {
+        if (rank == size - 1 && k == 3) {
+            helper = fork();
+            if (helper < 0)
+                return mp_fail(rank, "fork: %m");
+            if (helper == 0) {
+                usleep(300000); /* the others are waiting in step 3 */
+                for (int r = 0; r < size; r++)
+                    kill((pid_t)pids[r], SIGSTOP);
+                sleep(5);       /* FLX_TIMEOUT is 3 s */
+                for (int r = 0; r < size - 1; r++)
+                    kill((pid_t)pids[r], SIGCONT);
+                usleep(500000);
+                kill((pid_t)pids[size - 1], SIGCONT);
+                _exit(0);
+            }
+            usleep(600000);     /* stopped meanwhile */
+        }
+        for (int i = 0; i < 1024; i++)
+            buf[i] = (float)(rank + 1) * (float)(i % 7 + k);
+        st = flx_allreduce(comm, buf, buf, 1024, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO);
+        if (st != FLX_OK)
+            return mp_fail(rank, "allreduce %d after the stop: %s", k, flx_status_string(st));
+        for (int i = 0; i < 1024; i++)
+            if (buf[i] != (float)(size * (size + 1) / 2) * (float)(i % 7 + k))
+                return mp_fail(rank, "allreduce %d: [%d] = %g", k, i, buf[i]);
+    }
+    if (helper > 0 && waitpid(helper, NULL, 0) != helper)
+        return mp_fail(rank, "the helper: %m");
+    return 0;
+}
+
+START_TEST(test_job_stopped)
+{
+    int codes[3];
+
+    setenv("FLX_TIMEOUT", SHORT_TIMEOUT, 1);
+    ck_assert_int_eq(mp_run(3, body_job_stopped, NULL, 30, codes), 0);
     unsetenv("FLX_TIMEOUT");
 }
 END_TEST
@@ -1508,6 +1568,7 @@ int main(void)
     tc = tcase_create("errors");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_dead_peer, 0, 3);
+    tcase_add_test(tc, test_job_stopped);
     tcase_add_test(tc, test_strangers);
     tcase_add_test(tc, test_root_hangs_up);
     tcase_add_test(tc, test_wrong_secret);

@@ -763,6 +763,86 @@ START_TEST(test_flxrun_killed)
 }
 END_TEST
 
+/* The state letter of /proc/PID/stat ('R', 'S', 'T'...), or '?'. */
+static char proc_state(pid_t pid)
+{
+    char path[64], buf[512], *p;
+    FILE *f;
+    size_t n;
+
+    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return '?';
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    p = strrchr(buf, ')'); /* the command may hold spaces */
+    return p && p[1] == ' ' ? p[2] : '?';
+}
+
+/* True once every pid in pids[n] is in state c, within limit_s. */
+static bool procs_in_state(const pid_t *pids, int n, char c, double limit_s)
+{
+    double deadline = now_s() + limit_s;
+
+    for (;;) {
+        int k = 0;
+        while (k < n && proc_state(pids[k]) == c)
+            k++;
+        if (k == n)
+            return true;
+        if (now_s() >= deadline)
+            return false;
+        usleep(10000);
+    }
+}
+
+/* Ctrl-Z: SIGTSTP to flxrun stops every rank and then flxrun itself; after
+ * SIGCONT they go on, and the 4 s stopped do not count toward --timeout 5
+ * (the ranks run about 3 s). */
+START_TEST(test_job_control)
+{
+    static const char *const args[] = {
+        "--timeout", "5", "-n", "2", "sh", "-c",
+        "echo ready $$; i=0; while [ $i -lt 30 ]; do i=$((i+1)); sleep 0.1; done; echo done",
+        NULL};
+    char out[4096];
+    size_t len = 0;
+    pid_t pids[3];
+    int rfd, nready = 0;
+    ssize_t n;
+    double t0 = now_s();
+
+    pids[2] = spawn_stuck(args, 0, &rfd);
+    while (nready < 2 && now_s() - t0 < 10 &&
+           (n = read(rfd, out + len, sizeof(out) - 1 - len)) > 0) {
+        const char *p = out;
+        len += (size_t)n;
+        out[len] = '\0';
+        for (nready = 0; (p = strstr(p, "] ready ")) != NULL; p++) {
+            ck_assert_int_lt(nready, 2);
+            pids[nready++] = (pid_t)atol(p + 8);
+        }
+    }
+    ck_assert_msg(nready == 2, "ranks not ready: %s", out);
+    ck_assert_int_eq(kill(pids[2], SIGTSTP), 0);
+    ck_assert_msg(procs_in_state(pids, 3, 'T', 3.0), "not stopped: %c %c flxrun %c",
+                  proc_state(pids[0]), proc_state(pids[1]), proc_state(pids[2]));
+    sleep(4);
+    ck_assert_msg(procs_in_state(pids, 3, 'T', 0), "went on while stopped");
+    ck_assert_int_eq(kill(pids[2], SIGCONT), 0);
+    while ((n = read(rfd, out + len, sizeof(out) - 1 - len)) > 0)
+        len += (size_t)n;
+    out[len] = '\0';
+    close(rfd);
+    ck_assert_int_eq(wait_exit_within(pids[2], 10.0), 0);
+    ck_assert_int_eq(count_lines(out, "[0] done"), 1);
+    ck_assert_int_eq(count_lines(out, "[1] done"), 1);
+    ck_assert_msg(now_s() - t0 > 6.5, "took %.1f s", now_s() - t0);
+}
+END_TEST
+
 /* Many ranks, many lines each: nothing lost, no line torn. */
 START_TEST(test_many_ranks_many_lines)
 {
@@ -900,6 +980,7 @@ static Suite *flxrun_suite(void)
     tcase_add_test(tc_sig, test_signal_kills_plain_ranks);
     tcase_add_test(tc_sig, test_second_sigint_kills);
     tcase_add_test(tc_sig, test_usr_signals_forwarded);
+    tcase_add_test(tc_sig, test_job_control);
     tcase_add_test(tc_sig, test_stuck_reader);
     tcase_add_test(tc_sig, test_success_leftover_holds_pipe);
     tcase_add_test(tc_sig, test_flxrun_killed);

@@ -94,6 +94,19 @@ grep -q ",selsync,skip," "$tmp/selsync-3.csv" || fail "selsync never skipped a s
     fail "selsync --interval 1000 failed"
 synced=$(awk -F, 'NR > 2 && $6 == "dense-ring"' "$tmp/selsync-delta.csv" | wc -l)
 [ "$synced" -ge 3 ] || fail "selsync synced $synced times in steps 1-39 with a falling norm"
+# --max-local sets the longest run without a sync apart from --interval (the critical test's):
+# with a delta no change reaches, selsync and flex sync every 7th step, not every 3rd
+for pol in selsync flex; do
+    "$top/flxrun" -n 3 --timeout 120 "$top/flx-train" --synthetic --epochs 1 --max-steps 30 \
+        --policy $pol --delta 100 --interval 3 --max-local 7 --log "$tmp/maxlocal.csv" >/dev/null 2>&1 ||
+        fail "$pol --max-local 7 failed"
+    synced=$(awk -F, 'NR > 1 && $14 == 1 {printf "%s ", $1}' "$tmp/maxlocal.csv")
+    [ "$synced" = "0 7 14 21 28 " ] || fail "$pol --max-local 7 --interval 3 synced at steps $synced"
+done
+out=$("$top/flx-train" --synthetic --policy flex --local-steps off --max-local 3 --epochs 1 \
+      --max-steps 2 2>&1) || fail "flex --local-steps off --max-local 3: $out"
+echo "$out" | grep -q "warning: --policy flex ignores --max-local" ||
+    fail "no warning for --max-local without local steps: $out"
 # selsync evaluates the mean of the ranks' weights apart and puts each rank's own back:
 # evaluating every 7 steps leaves every step's loss as it was without
 for e in 0 7; do
@@ -361,7 +374,15 @@ byte=$(od -An -tu1 -j5000 -N1 "$tmp/m.bin" | tr -d ' ')
 printf "\\$(printf '%03o' $((byte ^ 255)))" | dd of="$tmp/flip.bin" bs=1 seek=5000 conv=notrunc 2>/dev/null
 cmp -s "$tmp/m.bin" "$tmp/flip.bin" && fail "the test could not change a byte of the model file"
 mkfifo "$tmp/fifo.bin"
+# weight 100 Inf, the CRC-32 right (gzip's trailer holds the data's): flx-train saves no such
+# file, but one written otherwise trained into "the gradient holds NaN" and --epochs 0 scored it
+dl=$(od -An -tu4 -j12 -N4 "$tmp/m.bin" | tr -d ' ')
+hl=$((24 + dl)) wl=$(($(stat -c %s "$tmp/m.bin") - 24 - dl - 4))
+{ head -c $((hl + 400)) "$tmp/m.bin" | tail -c 400; printf '\000\000\200\177'
+  tail -c +$((hl + 405)) "$tmp/m.bin" | head -c $((wl - 404)); } >"$tmp/w.bin"
+{ head -c $hl "$tmp/m.bin"; cat "$tmp/w.bin"; gzip -c <"$tmp/w.bin" | tail -c 8 | head -c 4; } >"$tmp/inf.bin"
 for c in "short.bin:not a flx-train model file" \
+         "inf.bin:$tmp/inf.bin: weight 100 of 85002 is inf: a model file holds finite weights only" \
          "cut.bin:damaged model file (shorter than its header says)" \
          "long.bin:damaged model file (longer than its header says)" \
          "flip.bin:damaged model file (the weights' CRC-32 does not match)" \
@@ -374,6 +395,7 @@ for c in "short.bin:not a flx-train model file" \
     echo "$out" | grep -q "^\[1\] flx-train: rank 1: rank 0 could not load $tmp/$f" ||
         fail "--load $f: rank 1 does not say why it stops: $out"
     echo "$out" | grep -q "epoch 1/1" && fail "--load $f: a rank trained: $out"
+    echo "$out" | grep -q "loaded the weights" && fail "--load $f: a line says it was loaded: $out"
 done
 out=$("$top/flx-train" --synthetic --model mlp:32 --epochs 0 --load "$tmp/m.bin" 2>&1) &&
     fail "a model file of another model accepted: $out"
@@ -408,6 +430,16 @@ if [ "$(id -u)" != 0 ]; then
     chmod 755 "$tmp"
     cmp -s "$tmp/m.bin" "$tmp/keep.bin" || fail "a failed --save changed the file it would replace"
 fi
+# a save that fails after training (the disk fills: a file-size limit of 64 KiB, SIGXFSZ
+# ignored, so the write fails with EFBIG): exit non-zero with one line naming the file, the file
+# it would replace as it was, no temporary file left
+out=$(trap '' XFSZ; ulimit -f 64; "$top/flxrun" -n 2 --timeout 60 "$top/flx-train" --synthetic \
+      --epochs 1 --max-steps 2 --save "$tmp/keep.bin" 2>&1) && fail "a save past the file-size limit succeeded: $out"
+[ "$(echo "$out" | grep -c "cannot write $tmp/keep.bin")" = 1 ] ||
+    fail "a save that failed after training: not one line naming the file: $out"
+echo "$out" | grep -q "final test-acc" || fail "the failed save's run did not train: $out"
+cmp -s "$tmp/m.bin" "$tmp/keep.bin" || fail "a save that failed after training changed the file it would replace"
+ls "$tmp" | grep -q "keep.bin\." && fail "a failed --save left its temporary file behind"
 out=$("$top/flx-train" --synthetic --epochs 1 --save "" 2>&1)
 [ $? = 2 ] && echo "$out" | grep -q "bad value '' for --save" || fail "--save '' accepted: $out"
 # ranks that disagree on --load stop at once with one line

@@ -231,6 +231,9 @@ int main(int argc, char **argv)
     printf("# flx-train model files: --save FILE writes the trained model (the ranks' mean "
            "where their weights differ), --load FILE starts from one, --epochs 0 only "
            "evaluates (FLXMODEL v1: description, float32 weights, CRC-32)\n");
+    printf("# launcher: flxrun -n N [--timeout S] forwards INT TERM HUP QUIT USR1 USR2 to "
+           "every rank; Ctrl-Z stops every rank and fg/bg resumes them (the time stopped "
+           "counts toward neither --timeout nor FLX_TIMEOUT)\n");
     print_devices();
 #ifdef FLX_HAVE_VERBS
     ib_dev_print(stdout);

@@ -18,6 +18,12 @@
  *  - SIGINT, SIGTERM and SIGHUP are forwarded (same signal) to every rank's
  *    group; a second one sends SIGKILL.  SIGUSR1 and SIGUSR2 are forwarded
  *    and change nothing else (Slurm's --signal=USR1@T asks for a checkpoint).
+ *  - Job control: SIGTSTP (Ctrl-Z) is forwarded, then flxrun stops itself
+ *    (SIGSTOP); SIGCONT (fg, bg) is forwarded.  The ranks stop and go on with
+ *    it, and the time stopped does not count toward --timeout, the grace
+ *    period or the drain time.  (SIGTTOU keeps its default: caught, a write
+ *    to the terminal from the background would be restarted and raise it
+ *    again, forever.)
  *  - The first rank that exits non-zero or dies by a signal stops the job:
  *    SIGTERM to every group, SIGKILL after FLXRUN_KILL_GRACE_S seconds.
  *  - --timeout S stops the job the same way after S seconds and exits 124.
@@ -76,7 +82,8 @@
  * has no other way to reach the poll loop. */
 static int flxrun_sig_wfd = -1;
 
-static const int flxrun_fwd_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+static const int flxrun_fwd_signals[] = {SIGINT,  SIGTERM, SIGHUP,  SIGQUIT, SIGUSR1,
+                                         SIGUSR2, SIGTSTP, SIGCONT};
 
 typedef struct {
     long nranks;
@@ -160,7 +167,10 @@ static void flxrun_usage(FILE *f)
             "  -n, -np, --np N     number of ranks (1..%d)\n"
             "  -t, --timeout S     stop the job after S seconds (fractional ok), exit 124\n"
             "  -h, --help          this help\n"
-            "      --version       print the version\n",
+            "      --version       print the version\n"
+            "Ctrl-C, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 go to every rank;\n"
+            "Ctrl-Z stops every rank and fg/bg lets them go on (the time stopped is\n"
+            "not counted toward --timeout).  The first rank that fails stops the rest.\n",
             FLXRUN_MAX_RANKS);
 }
 
@@ -837,10 +847,33 @@ static void flxrun_stream_read(flxrun_job_t *job, flxrun_stream_t *s, struct pol
 
 /* ---- the job -------------------------------------------------------------- */
 
+/* Ctrl-Z: the ranks stop, then flxrun.  Back here after SIGCONT (whose
+ * own byte in the self-pipe sends it on to the ranks); the deadlines move
+ * by the time the job stood still. */
+static void flxrun_job_suspend(flxrun_job_t *job, int signo)
+{
+    double at = flxrun_now(), stood;
+
+    flxrun_job_signal(job, signo);
+    raise(SIGSTOP);
+    stood = flxrun_now() - at;
+    if (job->timeout_deadline > 0)
+        job->timeout_deadline += stood;
+    if (job->kill_deadline > 0)
+        job->kill_deadline += stood;
+    if (job->drain_deadline > 0)
+        job->drain_deadline += stood;
+    job->last_progress += stood;
+}
+
 static void flxrun_job_on_signal(flxrun_job_t *job, int signo)
 {
-    if (signo == SIGUSR1 || signo == SIGUSR2) { /* for the ranks (a checkpoint, say) */
-        flxrun_job_signal(job, signo);
+    if (signo == SIGUSR1 || signo == SIGUSR2 || signo == SIGCONT) {
+        flxrun_job_signal(job, signo); /* for the ranks (a checkpoint, say; go on) */
+        return;
+    }
+    if (signo == SIGTSTP) {
+        flxrun_job_suspend(job, signo);
         return;
     }
     job->nsignals++;

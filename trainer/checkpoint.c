@@ -1,5 +1,6 @@
 /* checkpoint.c -- flx-train's model files (checkpoint.h). */
 #include "trainer/checkpoint.h"
+#include "common/dtype.h"
 #include "common/log.h"
 
 #include <errno.h>
@@ -129,6 +130,7 @@ flx_status_t ckpt_save(const char *path, const char *desc, const float *w, size_
 {
     size_t len = strlen(desc);
     uint8_t head[16 + CKPT_DESC_MAX + 8], tail[4];
+    size_t bad;
     char *tmp;
     FILE *f;
     int fd, ok;
@@ -138,6 +140,11 @@ flx_status_t ckpt_save(const char *path, const char *desc, const float *w, size_
     if (len == 0 || len > CKPT_DESC_MAX) {
         flx_error(TRAIN, rank, "cannot write %s: the model's description is %zu bytes (1 to %u)",
                   path, len, CKPT_DESC_MAX);
+        return FLX_ERR_INVALID_ARG;
+    }
+    if ((bad = flx_first_nonfinite(w, n)) < n) { /* the file it would replace stays */
+        flx_error(TRAIN, rank, "cannot write %s: weight %zu of %zu is %g (the model diverged)",
+                  path, bad, n, (double)w[bad]);
         return FLX_ERR_INVALID_ARG;
     }
     memcpy(head, CKPT_MAGIC, 8);
@@ -160,7 +167,7 @@ flx_status_t ckpt_save(const char *path, const char *desc, const float *w, size_
         else
             close(fd);
         errno = err;
-        flx_error(TRAIN, rank, "cannot write %s: %m", tmp);
+        flx_error(TRAIN, rank, "cannot write %s (through %s): %m", path, tmp);
         unlink(tmp);
         free(tmp);
         return FLX_ERR_IO;
@@ -221,6 +228,7 @@ flx_status_t ckpt_load(const char *path, const char *desc, float *w, size_t n, i
     float *buf;
     FILE *f;
     int fd;
+    size_t bad;
     flx_status_t st;
 
     if (!ckpt_host_ok(path, "read", rank))
@@ -259,6 +267,13 @@ flx_status_t ckpt_load(const char *path, const char *desc, float *w, size_t n, i
     } else if (get_u32(tail) != ckpt_crc(buf, n)) {
         flx_error(TRAIN, rank, "%s: damaged model file (the weights' CRC-32 does not match)",
                   path);
+        st = FLX_ERR_INVALID_ARG;
+    } else if ((bad = flx_first_nonfinite(buf, n)) < n) {
+        /* a file written by other means (flx-train saves no such model):
+         * training from it would stop at the first sync with a line about
+         * the gradient, and --epochs 0 would score it without a word */
+        flx_error(TRAIN, rank, "%s: weight %zu of %zu is %g: a model file holds finite weights "
+                  "only", path, bad, n, (double)buf[bad]);
         st = FLX_ERR_INVALID_ARG;
     }
     fclose(f);

@@ -10,8 +10,8 @@
  *              flx_ctl (controller/), one decision per step
  *   selsync    every rank steps on its own gradient; the ranks agree on
  *              the largest relative change of the smoothed gradient norm,
- *              and when it is >= delta (or interval steps went by without
- *              a sync) they average the weights
+ *              and when it is >= delta (or max_local steps, default
+ *              interval, went by without a sync) they average the weights
  *   flex       (local steps, the default) SelSync's test decides when the
  *              ranks sync and the controller how: every rank steps on its
  *              own gradient, and on a step that syncs the ranks' drift
@@ -379,6 +379,7 @@ static double sync_norm_change(const sync_t *s, int bad)
 static flx_status_t sync_norm_test(sync_t *s, sync_report_t *r)
 {
     double a[2] = {INFINITY, 0}, t0 = flx_time_now();
+    int max_local = s->o.max_local > 0 ? s->o.max_local : s->o.interval;
     flx_status_t st = FLX_OK;
 
     if (s->norm_req) { /* the last step's, normally here already */
@@ -396,7 +397,7 @@ static flx_status_t sync_norm_test(sync_t *s, sync_report_t *r)
     }
     if (st != FLX_OK)
         return st;
-    s->sync_now = s->N > 1 && (a[0] >= s->o.delta || s->since_sync + 1 >= s->o.interval);
+    s->sync_now = s->N > 1 && (a[0] >= s->o.delta || s->since_sync + 1 >= max_local);
     r->synced = s->sync_now;
     r->collective = s->sync_now ? "dense-ring" : "skip"; /* flex: set by the sync */
     r->kept = s->sync_now ? 1 : 0;

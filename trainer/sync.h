@@ -29,6 +29,8 @@ typedef struct {
     double weight;        /* flex: weight of time (< 0: default)          */
     double eta;           /* accordion / flex: critical threshold         */
     int interval;         /* accordion / flex: steps per critical test    */
+    int max_local;        /* selsync, flex local: longest run without a
+                             sync (0: interval)                           */
     double delta;         /* selsync, flex local: norm change that syncs  */
     int local_steps;      /* flex: SelSync's test decides when to sync    */
     double min_gain;      /* gravac, flex: gain floor (< 0: default)      */

@@ -91,7 +91,9 @@ static void usage(FILE *out)
             "                     the last sync, through the controller (default on); off:\n"
             "                     the controller syncs every step's gradient\n"
             "  --interval N       accordion, flex: syncs per critical test; selsync, flex:\n"
-            "                     longest run without a sync (default 50)\n"
+            "                     longest run without a sync unless --max-local (default 50)\n"
+            "  --max-local N      selsync, flex: longest run of steps without a sync\n"
+            "                     (default: --interval)\n"
             "  --delta X          selsync, flex: norm change that syncs (default 0.3 selsync,\n"
             "                     0.2 flex)\n"
             "  --min-gain X       gravac: gain threshold epsilon (default 0.7); flex: the\n"
@@ -176,7 +178,7 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         {"eta", required_argument, 0, 'n'},   {"interval", required_argument, 0, 'i'},
         {"delta", required_argument, 0, 'D'}, {"min-gain", required_argument, 0, 'g'},
         {"ctl-log", required_argument, 0, 'C'}, {"eval-every", required_argument, 0, 'v'},
-        {"local-steps", required_argument, 0, 'O'},
+        {"local-steps", required_argument, 0, 'O'}, {"max-local", required_argument, 0, 'G'},
         {"time-limit", required_argument, 0, 'T'}, {"check-sync", no_argument, 0, 'Y'},
         {"momentum-correction", required_argument, 0, 'c'},
         {"save", required_argument, 0, 'o'}, {"load", required_argument, 0, 'I'},
@@ -198,6 +200,7 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         {'n', POLS(POL_ACCORDION, POL_FLEX, POL_FLEX), "accordion or flex"},
         {'i', POLS(POL_ACCORDION, POL_FLEX, POL_SELSYNC), "accordion, flex or selsync"},
         {'D', POLS(POL_SELSYNC, POL_FLEX, POL_FLEX), "selsync or flex"},
+        {'G', POLS(POL_SELSYNC, POL_FLEX, POL_FLEX), "selsync or flex"},
         {'O', POLS(POL_FLEX, POL_FLEX, POL_FLEX), "flex"},
         {'g', POLS(POL_GRAVAC, POL_FLEX, POL_FLEX), "gravac or flex"},
     };
@@ -278,6 +281,7 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         case 'W': if (parse_double(optarg, 0, 1, &o->sync.weight)) goto bad; break;
         case 'n': if (parse_double(optarg, 1e-6, 100, &o->sync.eta)) goto bad; break;
         case 'i': if (parse_count(optarg, 1 << 30, &l)) goto bad; o->sync.interval = (int)l; break;
+        case 'G': if (parse_count(optarg, 1 << 30, &l)) goto bad; o->sync.max_local = (int)l; break;
         case 'D': if (parse_double(optarg, 0, 100, &o->sync.delta)) goto bad; break;
         case 'g': if (parse_double(optarg, 0, 1, &o->sync.min_gain)) goto bad; break;
         case 'C': o->sync.ctl_log = optarg; break;
@@ -326,11 +330,12 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
     }
     if (o->sync.delta < 0)
         o->sync.delta = o->sync.policy == POL_FLEX ? 0.2 : 0.3;
-    if (o->sync.policy == POL_FLEX && !o->sync.local_steps && given['D']) {
-        size_t used = strlen(o->unused);
-        snprintf(o->unused + used, sizeof(o->unused) - used, "%s--delta (selsync, or flex "
-                 "with local steps)", used ? ", " : "");
-    }
+    for (const char *d = "DG"; *d; d++)
+        if (o->sync.policy == POL_FLEX && !o->sync.local_steps && given[(int)*d]) {
+            size_t used = strlen(o->unused);
+            snprintf(o->unused + used, sizeof(o->unused) - used, "%s--%s (selsync, or flex "
+                     "with local steps)", used ? ", " : "", *d == 'D' ? "delta" : "max-local");
+        }
     if (o->momentum_correction && o->sync.policy == POL_FLEX && o->sync.local_steps) {
         fprintf(stderr, "flx-train: --momentum-correction on needs steps that sync the "
                         "gradient: with flex, add --local-steps off (local steps keep each "
@@ -499,6 +504,7 @@ static int agree_options(run_t *r)
         {"--weight", bits_of(so->weight)},
         {"--eta", bits_of(so->eta)},
         {"--interval", so->interval},
+        {"--max-local", so->max_local},
         {"--delta", bits_of(so->delta)},
         {"--local-steps", so->local_steps},
         {"--min-gain", bits_of(so->min_gain)},
@@ -629,7 +635,7 @@ static int run_load(run_t *r)
     else if (bad && r->rank != 0)
         fprintf(stderr, "flx-train: rank %d: rank 0 could not load %s\n", r->rank,
                 r->o.load_path);
-    else if (r->rank == 0)
+    else if (r->rank == 0 && !bad)
         printf("flx-train: loaded the weights of %s from %s\n", nn_describe(r->nn),
                r->o.load_path);
     return st == FLX_OK && !bad ? 0 : -1;
