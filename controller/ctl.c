@@ -91,6 +91,8 @@ struct flx_ctl {
     ctl_ratio_t gain_ratio[CTL_COLL_COUNT]; /* combined / predicted gain     */
     ctl_ratio_t rank_ratio[CTL_COLL_COUNT]; /* per-rank / predicted gain     */
     double last_rank_gain;      /* what this rank's last sync kept          */
+    double gain_ewma[FLX_CTL_MAX_FRACTIONS]; /* gravac: EWMA of each fraction's
+                                   histogram gain (< 0: none yet)           */
     float *xs;                  /* every 4th sample position: mean of g + e */
     size_t nxs;
     ctl_cand_t last;
@@ -306,6 +308,8 @@ static flx_status_t ctl_create_local(flx_ctl_h h, flx_comm_h comm, size_t n,
     h->agree = calloc(h->nagree, sizeof(double));
     h->agreed = calloc(h->nagree, sizeof(double));
     h->last_combined = -1;
+    for (int f = 0; f < FLX_CTL_MAX_FRACTIONS; f++)
+        h->gain_ewma[f] = -1;
     if (h->agree == NULL || h->agreed == NULL)
         return FLX_ERR_NO_MEMORY;
     h->cur_kept = h->o.mode == FLX_CTL_ACCORDION ? h->o.critical_kept : h->o.fractions[0];
@@ -559,9 +563,9 @@ static int ctl_decide(flx_ctl_h h, ctl_cand_t *cand, int *ncand_p, double *pred_
         *ncand_p = n + 1;
         return n;
     }
-    case FLX_CTL_GRAVAC:
+    case FLX_CTL_GRAVAC: /* on the EWMA of the gains, as GraVAC */
         for (int f = 0; f < nf; f++)
-            ctl_candidate(h, &cand[n++], CTL_ARTOPK, h->o.fractions[f], gains[f]);
+            ctl_candidate(h, &cand[n++], CTL_ARTOPK, h->o.fractions[f], h->gain_ewma[f]);
         best = ctl_choose_gravac(cand, n, 0.0, h->o.min_gain);
         break;
     default:
@@ -729,6 +733,9 @@ static void ctl_take_agreed(flx_ctl_h h)
     const double *a = h->agreed;
 
     ctl_learn(h, a[nf], a[nf + 1], a[nf + 2]);
+    if (h->o.mode == FLX_CTL_GRAVAC) /* GraVAC decides on a smoothed gain */
+        for (int f = 0; f < nf; f++)
+            h->gain_ewma[f] = ctl_ewma(h->gain_ewma[f], a[f]);
     if (h->have_last && (h->last.coll == CTL_ARTOPK || h->last.coll == CTL_TOPK_AG)) {
         /* agreed holds the statistics the last sync compressed: its gain at
          * that fraction is what the sync was predicted to keep */

@@ -723,6 +723,96 @@ static int body_flush(flx_comm_h comm, int rank, int size, void *arg)
     return flx_gsync_destroy(h) == FLX_OK ? 0 : mp_fail(rank, "destroy");
 }
 
+/* gravac decides on an EWMA of each fraction's gain, as GraVAC does: a
+ * gradient whose energy sits in a few coordinates (every fraction keeps
+ * nearly all of it) turns at step 10 into one of even magnitudes (a
+ * tenth of the coordinates keep about a third of it).  The gain the
+ * decision log shows for AR-Topk at 0.1 falls over several steps from
+ * about 1 towards that third (step 11 decides on step 10's statistics);
+ * the last step's gain alone dropped to it at once. */
+#define EWMA_N 40000
+
+static float grad_turns(int step, size_t i)
+{
+    unsigned h = (unsigned)(i * 2654435761u) ^ (unsigned)(step * 40503);
+    float sign = (h >> 13) & 1 ? 1.0f : -1.0f, mag = 0.5f + (float)((h >> 3) & 1023) / 2048.0f;
+
+    if (step < 10)
+        return i % 800 == 0 ? 100.0f * sign * mag : 1e-3f * sign * mag;
+    return sign * mag;
+}
+
+/* the gain of candidate `name` in a decision-log line, or -1 */
+static double log_gain(const char *line, const char *name)
+{
+    const char *p = strstr(line, name);
+    double t, g;
+
+    return p && sscanf(p + strlen(name), ":%lf:%lf", &t, &g) == 2 ? g : -1;
+}
+
+static int body_gravac_ewma(flx_comm_h comm, int rank, int size, void *arg)
+{
+    const char *path = arg;
+    flx_ctl_opts_t o;
+    flx_ctl_h h;
+    float *g = malloc(EWMA_N * sizeof(float));
+    double gain[16];
+    char line[4096];
+    flx_status_t st;
+    FILE *f;
+
+    (void)size;
+    flx_ctl_opts_default(&o);
+    o.field_mask = FLX_CTL_OPT_MODE | FLX_CTL_OPT_LOG_PATH;
+    o.mode = FLX_CTL_GRAVAC;
+    o.log_path = path;
+    if ((st = flx_ctl_create(comm, EWMA_N, &o, &h)) != FLX_OK)
+        return mp_fail(rank, "flx_ctl_create: %s", flx_status_string(st));
+    for (int step = 0; step < 16; step++) {
+        flx_ctl_report_t r;
+        for (size_t i = 0; i < EWMA_N; i++) /* the same on every rank */
+            g[i] = grad_turns(step, i);
+        if ((st = flx_ctl_step(h, g, 0.001, &r)) != FLX_OK)
+            return mp_fail(rank, "step %d: %s", step, flx_status_string(st));
+    }
+    free(g);
+    if ((st = flx_ctl_destroy(h)) != FLX_OK)
+        return mp_fail(rank, "destroy: %s", flx_status_string(st));
+    if (rank != 0)
+        return 0;
+    f = fopen(path, "r");
+    if (f == NULL)
+        return mp_fail(rank, "no decision log %s", path);
+    for (int step = -1; step < 16 && fgets(line, sizeof(line), f); step++)
+        if (step >= 0 && (gain[step] = log_gain(line, "artopk@0.1")) < 0)
+            return mp_fail(rank, "step %d: no artopk@0.1 in %s", step, line);
+    fclose(f);
+    unlink(path);
+    if (gain[10] < 0.9 || gain[11] < 0.7)
+        return mp_fail(rank, "the gain at 0.1 fell at once: %.3f at step 10, %.3f at 11",
+                       gain[10], gain[11]);
+    for (int step = 12; step < 16; step++)
+        if (!(gain[step] < gain[step - 1] - 0.03))
+            return mp_fail(rank, "step %d: the gain at 0.1 went %.3f -> %.3f", step,
+                           gain[step - 1], gain[step]);
+    if (gain[15] > 0.55 || gain[15] < 0.3)
+        return mp_fail(rank, "step 15: the gain at 0.1 is %.3f, not near a third", gain[15]);
+    return 0;
+}
+
+START_TEST(test_gravac_ewma)
+{
+    char path[] = "/tmp/flx-gravac-XXXXXX";
+    int fd = mkstemp(path);
+
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_eq(mp_run(2, body_gravac_ewma, path, 60, NULL), 0);
+    unlink(path);
+}
+END_TEST
+
 START_TEST(test_flush_residual) { ck_assert_int_eq(mp_run(2, body_flush, NULL, 60, NULL), 0); }
 END_TEST
 
@@ -751,6 +841,7 @@ int main(void)
     tcase_add_loop_test(ranks, test_ctl_nan, 0, 2);
     tcase_add_loop_test(ranks, test_ctl_retry, 0, 3);
     tcase_add_test(ranks, test_flush_residual);
+    tcase_add_test(ranks, test_gravac_ewma);
     suite_add_tcase(s, pure);
     suite_add_tcase(s, ranks);
     sr = srunner_create(s);
