@@ -121,38 +121,49 @@ static int64_t dtype_exact_limit(flx_dtype_t d)
     }
 }
 
-/* Values of op: sum, min, max: uniform in [-A, A] with N·A within the
- * exact range; avg: a + 2r - (N-1), which sums to N·a over the ranks, so the
- * average a is exact; prod: ±1 or ±2 (±1 only past 8 ranks). */
+/* Values of op, chosen so that every partial result over any subset of the
+ * ranks, combined in any order, is exact in the dtype, for any number of
+ * ranks up to FLX_SIZE's 2048:
+ *  - sum, min, max: uniform in [-A, A] with N·A within the exact range; where
+ *    even A = 1 would leave it (bf16 past 128 ranks, fp16 past 1024), ±1 on
+ *    one rank in every `stride` (which ones, per element) and 0 on the rest;
+ *  - avg: a on every rank, plus k on one rank and -k on another (both picked
+ *    per element): the ranks sum to N·a, so the average a is exact, and any
+ *    subset of them to at most N·|a| + k.  (Before, a + 2r - (N-1): partial
+ *    sums of up to N²/4, past bf16's exact integers from 33 ranks on, and
+ *    flx-soak reported 497 wrong results in 2000 collectives on 64 ranks.)
+ *  - prod: ±1 or ±2 (±1 only past 8 ranks). */
 static int64_t soak_value(const soak_t *s, const soak_coll_t *c, int rank, size_t i)
 {
-    int64_t lim = dtype_exact_limit(c->dtype) / 2;
+    int64_t lim = dtype_exact_limit(c->dtype) / 2, n = s->size;
     uint64_t h = soak_mix(c->key ^ ((uint64_t)i * 0xd1b54a32d192ed03ull));
-    int64_t a;
+    uint64_t hr = soak_mix(h ^ ((uint64_t)rank + 1) * 0x8cb92ba72f3d8dd7ull);
 
-    if (c->kind == SOAK_BCAST || c->kind == SOAK_ALLGATHER) {
-        h = soak_mix(h ^ ((uint64_t)rank + 1) * 0x8cb92ba72f3d8dd7ull);
-        return (int64_t)(h % 201) - 100;
-    }
+    if (c->kind == SOAK_BCAST || c->kind == SOAK_ALLGATHER)
+        return (int64_t)(hr % 201) - 100;
     switch (c->op) {
     case FLX_PROD: {
         static const int64_t v2[] = {1, -1, 2, -2};
-        h = soak_mix(h ^ ((uint64_t)rank + 1) * 0x8cb92ba72f3d8dd7ull);
-        return v2[h % (s->size <= 8 ? 4 : 2)];
+        return v2[hr % (n <= 8 ? 4 : 2)];
     }
     case FLX_AVG: {
-        int64_t A = lim / s->size - s->size;
-        if (A < 1)
-            A = 1;
+        int64_t A = (lim - 2) / n, a, k = 1 + (int64_t)((h >> 7) & 1), up, down;
+
         a = (int64_t)(h % (uint64_t)(2 * A + 1)) - A;
-        return a + 2 * rank - (s->size - 1);
+        if (n == 1)
+            return a;
+        up = (int64_t)((h >> 11) % (uint64_t)n);
+        down = (up + 1 + (int64_t)((h >> 29) % (uint64_t)(n - 1))) % n;
+        return a + (rank == up ? k : rank == down ? -k : 0);
     }
     default: {
-        int64_t A = lim / s->size;
-        if (A < 1)
-            A = 1;
-        h = soak_mix(h ^ ((uint64_t)rank + 1) * 0x8cb92ba72f3d8dd7ull);
-        return (int64_t)(h % (uint64_t)(2 * A + 1)) - A;
+        int64_t A = lim / n, stride = (n + lim - 1) / lim;
+
+        if (A >= 1)
+            return (int64_t)(hr % (uint64_t)(2 * A + 1)) - A;
+        if ((rank + (int64_t)(h % (uint64_t)stride)) % stride != 0)
+            return 0;
+        return (int64_t)(hr % 3) - 1;
     }
     }
 }
