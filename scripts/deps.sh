@@ -10,4 +10,4 @@ $SUDO apt-get install -y -q --no-install-recommends \
     build-essential autoconf automake libtool pkg-config check libsodium-dev zlib1g-dev \
     rdma-core libibverbs-dev librdmacm-dev ibverbs-utils perftest libhwloc-dev \
     libopenblas-dev openmpi-bin libopenmpi-dev libgloo-dev dataset-fashion-mnist iproute2 gnuplot-nox \
-    ca-certificates procps clang libclang-rt-14-dev llvm valgrind
+    ca-certificates procps help2man clang libclang-rt-14-dev llvm valgrind

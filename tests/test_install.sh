@@ -25,6 +25,22 @@ bindir=$prefix/bin
 for t in flxrun flx-info flx-train flx-allreduce-perf; do
     [ -x "$dest$bindir/$t" ] || fail "$t not installed in $dest$bindir"
 done
+# the man pages (help2man: each tool's --help; flx-info's lists every FLX_* variable), where
+# configure found help2man
+if [ -n "$(sed -n 's/^HELP2MAN = //p' "$top/Makefile")" ]; then
+    for t in flxrun flx-info flx-train flx-allreduce-perf flx-allgather-perf flx-bcast-perf \
+             flx-reduce-perf flx-topk-perf flx-sparse-perf flx-soak; do
+        m=$(find "$dest" -name "$t.1")
+        [ -n "$m" ] && head -3 "$m" | grep -q '^\.TH' || fail "no man page $t.1 installed"
+        grep -q '^\.SH "SEE ALSO"' "$m" || fail "$t.1 has no SEE ALSO"
+    done
+    grep -qF '\fB\-\-timeout\fR S' "$(find "$dest" -name flxrun.1)" || fail "flxrun.1 lacks --timeout"
+    for v in FLX_TIMEOUT FLX_NET FLX_JOB_SECRET; do
+        grep -q "^\.B $v\$" "$(find "$dest" -name flx-info.1)" || fail "flx-info.1 lacks $v"
+    done
+else
+    echo "no help2man at configure time: no man pages to check"
+fi
 
 # the README's line, with the staging directory as the sysroot and an
 # rpath standing for ldconfig (README: "Build your own program")
