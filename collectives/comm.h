@@ -131,8 +131,6 @@ typedef struct {
     double last;  /* the last progress round */
 } coll_clock_t;
 
-#define COLL_STALL_S 1.0
-
 void coll_clock_start(coll_clock_t *clk);
 /* One progress round; fails with FLX_ERR_TIMED_OUT when *waiting (may be
  * NULL) is still incomplete FLX_TIMEOUT after clk->since, gaps left out. */

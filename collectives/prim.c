@@ -58,6 +58,8 @@ flx_status_t coll_recv(flx_comm_h comm, int peer, uint32_t step, void *buf, size
 /* Longest sleep of one progress round: bounds how long flx_comm_abort
  * from another thread takes to reach a waiting collective. */
 #define COLL_PROGRESS_SLICE_S 0.1
+/* A longer gap between two rounds of one wait was not waiting (coll_clock_t). */
+#define COLL_STALL_S 1.0
 
 void coll_clock_start(coll_clock_t *clk)
 {

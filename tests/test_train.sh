@@ -103,6 +103,8 @@ for pol in selsync flex; do
     synced=$(awk -F, 'NR > 1 && $14 == 1 {printf "%s ", $1}' "$tmp/maxlocal.csv")
     [ "$synced" = "0 7 14 21 28 " ] || fail "$pol --max-local 7 --interval 3 synced at steps $synced"
 done
+out=$("$top/flx-train" --synthetic --policy selsync --max-local 0 2>&1)
+[ $? = 2 ] && echo "$out" | grep -q "bad value '0' for --max-local" || fail "--max-local 0 accepted: $out"
 out=$("$top/flx-train" --synthetic --policy flex --local-steps off --max-local 3 --epochs 1 \
       --max-steps 2 2>&1) || fail "flex --local-steps off --max-local 3: $out"
 echo "$out" | grep -q "warning: --policy flex ignores --max-local" ||
