@@ -103,6 +103,24 @@ for pol in selsync flex; do
     synced=$(awk -F, 'NR > 1 && $14 == 1 {printf "%s ", $1}' "$tmp/maxlocal.csv")
     [ "$synced" = "0 7 14 21 28 " ] || fail "$pol --max-local 7 --interval 3 synced at steps $synced"
 done
+# --delta-decay P: a step syncs when the agreed norm change reaches delta x (lr / --lr)^P
+# (flex's default P is 0.5, selsync's 0): checked step by step from the log's lr and change
+# columns, away from the threshold by 2%; under a cosine rate the decay syncs more often
+syncs=""
+for run in "selsync --delta-decay 1:1:0.3" "selsync --delta-decay 0:0:0.3" "flex:0.5:0.2"; do
+    args=${run%%:*} p=${run#*:} p=${p%%:*} d=${run##*:}
+    "$top/flxrun" -n 3 --timeout 120 "$top/flx-train" --synthetic --epochs 2 --model mlp:64 \
+        --batch 32 --lr 0.05 --lr-schedule cosine --max-local 1000 --policy $args \
+        --log "$tmp/decay.csv" >/dev/null 2>&1 || fail "--policy $args failed"
+    bad=$(awk -F, -v p="$p" -v d="$d" 'NR > 2 && $6 != "eval" {
+              thr = d * ($18 / 0.05) ^ p; ch = ($20 == "inf") ? 1e300 : $20
+              if ((ch > 1.02 * thr && $14 != 1) || (ch < 0.98 * thr && $14 != 0))
+                  printf "step %s lr %s change %s synced %s; ", $1, $18, $20, $14 }' "$tmp/decay.csv")
+    [ -z "$bad" ] || fail "--policy $args, delta $d x (lr / 0.05)^$p: $bad"
+    syncs="$syncs $(awk -F, 'NR > 1 && $6 != "eval" && $14 == 1' "$tmp/decay.csv" | wc -l)"
+done
+set -- $syncs
+[ "$1" -gt "$2" ] || fail "selsync synced $1 times with --delta-decay 1, $2 without (cosine rate)"
 out=$("$top/flx-train" --synthetic --policy selsync --max-local 0 2>&1)
 [ $? = 2 ] && echo "$out" | grep -q "bad value '0' for --max-local" || fail "--max-local 0 accepted: $out"
 out=$("$top/flx-train" --synthetic --policy flex --local-steps off --max-local 3 --epochs 1 \

@@ -227,7 +227,8 @@ int main(int argc, char **argv)
     printf("\n");
     printf("# flx-train --policy flex: local steps, SelSync's test picks the steps that sync and "
            "the controller syncs the drift since the last sync (--local-steps off: every "
-           "step's gradient); its defaults in flx-train --help\n");
+           "step's gradient); the test's delta shrinks as the rate decays (--delta-decay, "
+           "AdaComm's lower error floor); its defaults in flx-train --help\n");
     printf("# flx-train model files: --save FILE writes the trained model (the ranks' mean "
            "where their weights differ), --load FILE starts from one, --epochs 0 only "
            "evaluates (FLXMODEL v1: description, float32 weights, CRC-32)\n");

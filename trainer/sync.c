@@ -75,6 +75,7 @@ struct sync {
     double norm_ref; /* norm_ema at the last synchronisation (-1: none yet) */
     int since_sync;
     int sync_now;
+    double lr_ratio; /* this step's learning rate / the initial one        */
     /* flex's local steps */
     int local;
     float *xref;         /* the weights at the last sync, the same on every rank */
@@ -167,6 +168,7 @@ flx_status_t sync_create(flx_comm_h comm, nn_t *nn, const sync_opts_t *o, sync_t
     s->rank = flx_comm_rank(comm);
     s->n = nn_nparams(nn);
     s->local = o->policy == POL_FLEX && o->local_steps;
+    s->lr_ratio = 1;
     switch (o->policy) {
     case POL_DENSE:
         sync_buckets(s);
@@ -379,6 +381,7 @@ static double sync_norm_change(const sync_t *s, int bad)
 static flx_status_t sync_norm_test(sync_t *s, sync_report_t *r)
 {
     double a[2] = {INFINITY, 0}, t0 = flx_time_now();
+    double delta = s->o.delta * pow(s->lr_ratio, s->o.delta_decay);
     int max_local = s->o.max_local > 0 ? s->o.max_local : s->o.interval;
     flx_status_t st = FLX_OK;
 
@@ -397,7 +400,7 @@ static flx_status_t sync_norm_test(sync_t *s, sync_report_t *r)
     }
     if (st != FLX_OK)
         return st;
-    s->sync_now = s->N > 1 && (a[0] >= s->o.delta || s->since_sync + 1 >= max_local);
+    s->sync_now = s->N > 1 && (a[0] >= delta || s->since_sync + 1 >= max_local);
     r->synced = s->sync_now;
     r->collective = s->sync_now ? "dense-ring" : "skip"; /* flex: set by the sync */
     r->kept = s->sync_now ? 1 : 0;
@@ -605,6 +608,8 @@ void sync_mask_velocity(sync_t *s, const sync_report_t *r, float *velocity)
         if (e[i] == 0.0f)
             velocity[i] = 0.0f;
 }
+
+void sync_set_lr_ratio(sync_t *s, double ratio) { s->lr_ratio = ratio; }
 
 void sync_lr_changed(sync_t *s)
 {

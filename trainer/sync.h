@@ -32,6 +32,8 @@ typedef struct {
     int max_local;        /* selsync, flex local: longest run without a
                              sync (0: interval)                           */
     double delta;         /* selsync, flex local: norm change that syncs  */
+    double delta_decay;   /* selsync, flex local: delta x (lr / lr0)^this
+                             (0: a fixed delta)                           */
     int local_steps;      /* flex: SelSync's test decides when to sync    */
     double min_gain;      /* gravac, flex: gain floor (< 0: default)      */
     const char *ctl_log;  /* flex / accordion / gravac: decision CSV      */
@@ -101,6 +103,9 @@ int sync_policy_topk(policy_t p);
  * sent is not applied again through the momentum; no-op for a dense step,
  * whose average of the ranks' velocities is plain momentum SGD. */
 void sync_mask_velocity(sync_t *s, const sync_report_t *r, float *velocity);
+/* This step's learning rate over the initial one, before sync_gradients
+ * (selsync, flex: delta x ratio^delta_decay). */
+void sync_set_lr_ratio(sync_t *s, double ratio);
 /* The learning rate decayed (accordion, flex: critical again). */
 void sync_lr_changed(sync_t *s);
 /* A one-line summary of the policy's choices since the last call. */

@@ -96,6 +96,10 @@ static void usage(FILE *out)
             "                     (default: --interval)\n"
             "  --delta X          selsync, flex: norm change that syncs (default 0.3 selsync,\n"
             "                     0.2 flex)\n"
+            "  --delta-decay P    selsync, flex: a step's delta is X (lr / --lr)^P, so that\n"
+            "                     the ranks sync more often as the rate decays (AdaComm's\n"
+            "                     lower error floor; default 0.5 flex, 0 selsync: a fixed\n"
+            "                     delta)\n"
             "  --min-gain X       gravac: gain threshold epsilon (default 0.7); flex: the\n"
             "                     smallest gain a compressed sync may keep (default 0.3 with\n"
             "                     local steps, 0.45 without)\n"
@@ -179,6 +183,7 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         {"delta", required_argument, 0, 'D'}, {"min-gain", required_argument, 0, 'g'},
         {"ctl-log", required_argument, 0, 'C'}, {"eval-every", required_argument, 0, 'v'},
         {"local-steps", required_argument, 0, 'O'}, {"max-local", required_argument, 0, 'G'},
+        {"delta-decay", required_argument, 0, 'Q'},
         {"time-limit", required_argument, 0, 'T'}, {"check-sync", no_argument, 0, 'Y'},
         {"momentum-correction", required_argument, 0, 'c'},
         {"save", required_argument, 0, 'o'}, {"load", required_argument, 0, 'I'},
@@ -201,6 +206,7 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         {'i', POLS(POL_ACCORDION, POL_FLEX, POL_SELSYNC), "accordion, flex or selsync"},
         {'D', POLS(POL_SELSYNC, POL_FLEX, POL_FLEX), "selsync or flex"},
         {'G', POLS(POL_SELSYNC, POL_FLEX, POL_FLEX), "selsync or flex"},
+        {'Q', POLS(POL_SELSYNC, POL_FLEX, POL_FLEX), "selsync or flex"},
         {'O', POLS(POL_FLEX, POL_FLEX, POL_FLEX), "flex"},
         {'g', POLS(POL_GRAVAC, POL_FLEX, POL_FLEX), "gravac or flex"},
     };
@@ -217,7 +223,7 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
     o->sync = (sync_opts_t){.policy = POL_DENSE, .algo = FLX_ALGO_AUTO,
                             .bucket_bytes = 4u << 20, .kept = 0.01, .psgd_rank = 4,
                             .leader = FLX_LEADER_STAR, .weight = -1, .eta = 0.5,
-                            .interval = 50, .delta = -1, .min_gain = -1,
+                            .interval = 50, .delta = -1, .delta_decay = -1, .min_gain = -1,
                             .local_steps = 1};
     while ((c = getopt_long(argc, argv, "h", longopts, &opt_index)) != -1) {
         errno = 0;
@@ -282,6 +288,7 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
         case 'n': if (parse_double(optarg, 1e-6, 100, &o->sync.eta)) goto bad; break;
         case 'i': if (parse_count(optarg, 1 << 30, &l)) goto bad; o->sync.interval = (int)l; break;
         case 'G': if (parse_count(optarg, 1 << 30, &l)) goto bad; o->sync.max_local = (int)l; break;
+        case 'Q': if (parse_double(optarg, 0, 4, &o->sync.delta_decay)) goto bad; break;
         case 'D': if (parse_double(optarg, 0, 100, &o->sync.delta)) goto bad; break;
         case 'g': if (parse_double(optarg, 0, 1, &o->sync.min_gain)) goto bad; break;
         case 'C': o->sync.ctl_log = optarg; break;
@@ -330,11 +337,14 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
     }
     if (o->sync.delta < 0)
         o->sync.delta = o->sync.policy == POL_FLEX ? 0.2 : 0.3;
-    for (const char *d = "DG"; *d; d++)
+    if (o->sync.delta_decay < 0)
+        o->sync.delta_decay = o->sync.policy == POL_FLEX ? 0.5 : 0;
+    for (const char *d = "DGQ"; *d; d++)
         if (o->sync.policy == POL_FLEX && !o->sync.local_steps && given[(int)*d]) {
             size_t used = strlen(o->unused);
             snprintf(o->unused + used, sizeof(o->unused) - used, "%s--%s (selsync, or flex "
-                     "with local steps)", used ? ", " : "", *d == 'D' ? "delta" : "max-local");
+                     "with local steps)", used ? ", " : "",
+                     *d == 'D' ? "delta" : *d == 'G' ? "max-local" : "delta-decay");
         }
     if (o->momentum_correction && o->sync.policy == POL_FLEX && o->sync.local_steps) {
         fprintf(stderr, "flx-train: --momentum-correction on needs steps that sync the "
@@ -506,6 +516,7 @@ static int agree_options(run_t *r)
         {"--interval", so->interval},
         {"--max-local", so->max_local},
         {"--delta", bits_of(so->delta)},
+        {"--delta-decay", bits_of(so->delta_decay)},
         {"--local-steps", so->local_steps},
         {"--min-gain", bits_of(so->min_gain)},
     };
@@ -758,6 +769,7 @@ static int train(run_t *r)
             if (prev_lr > 0 && floor(log10(o->lr / lr) + 1e-9) > floor(log10(o->lr / prev_lr) + 1e-9))
                 sync_lr_changed(r->sync);
             prev_lr = lr;
+            sync_set_lr_ratio(r->sync, lr / o->lr);
             for (size_t i = 0; i < o->batch; i++) {
                 size_t ex = order[(s * (size_t)r->size + (size_t)r->rank) * o->batch + i];
                 memcpy(xb + i * r->train.dim, r->train.x + ex * r->train.dim,
