@@ -109,9 +109,13 @@ done
 syncs=""
 for run in "selsync --delta-decay 1:1:0.3" "selsync --delta-decay 0:0:0.3" "flex:0.5:0.2"; do
     args=${run%%:*} p=${run#*:} p=${p%%:*} d=${run##*:}
-    "$top/flxrun" -n 3 --timeout 120 "$top/flx-train" --synthetic --epochs 2 --model mlp:64 \
+    out=$("$top/flxrun" -n 3 --timeout 120 "$top/flx-train" --synthetic --epochs 2 --model mlp:64 \
         --batch 32 --lr 0.05 --lr-schedule cosine --max-local 1000 --policy $args \
-        --log "$tmp/decay.csv" >/dev/null 2>&1 || fail "--policy $args failed"
+        --log "$tmp/decay.csv" 2>&1) || fail "--policy $args failed: $out"
+    # the epoch line names the delta of the epoch's last step where it decays
+    n=$(echo "$out" | grep -c "epoch [12]/2 .*; delta now [0-9]")
+    [ "$p" = 0 ] && [ "$n" != 0 ] && fail "--policy $args: a decaying delta in the epoch line: $out"
+    [ "$p" != 0 ] && [ "$n" != 2 ] && fail "--policy $args: no 'delta now' in the epoch lines: $out"
     bad=$(awk -F, -v p="$p" -v d="$d" 'NR > 2 && $6 != "eval" {
               thr = d * ($18 / 0.05) ^ p; ch = ($20 == "inf") ? 1e300 : $20
               if ((ch > 1.02 * thr && $14 != 1) || (ch < 0.98 * thr && $14 != 0))

@@ -370,6 +370,14 @@ static double sync_norm_change(const sync_t *s, int bad)
     return bad ? 0 : s->norm_ref > 0 ? fabs(s->norm_ema - s->norm_ref) / s->norm_ref : INFINITY;
 }
 
+/* the norm change that syncs at this step's learning rate: --delta x
+ * (lr / lr0)^--delta-decay (AdaComm: more frequent averaging as the rate
+ * decays lowers the error floor that local steps leave) */
+static double sync_delta(const sync_t *s)
+{
+    return s->o.delta * pow(s->lr_ratio, s->o.delta_decay);
+}
+
 /* SelSync's test, for selsync and flex's local steps: whether this step
  * syncs (s->sync_now, the same on every rank).  The ranks agree on the
  * largest change with a non-blocking allreduce started after each step's
@@ -381,7 +389,7 @@ static double sync_norm_change(const sync_t *s, int bad)
 static flx_status_t sync_norm_test(sync_t *s, sync_report_t *r)
 {
     double a[2] = {INFINITY, 0}, t0 = flx_time_now();
-    double delta = s->o.delta * pow(s->lr_ratio, s->o.delta_decay);
+    double delta = sync_delta(s);
     int max_local = s->o.max_local > 0 ? s->o.max_local : s->o.interval;
     flx_status_t st = FLX_OK;
 
@@ -632,10 +640,12 @@ void sync_summary(sync_t *s, char *buf, size_t len)
         used += (size_t)snprintf(buf + used, len - used, "; mean kept %.3g", s->kept_sum / (double)s->steps);
     if (used < len && (s->o.policy == POL_FLEX || s->o.policy == POL_ACCORDION)) {
         long decided = s->steps - s->by_coll[7]; /* local steps: of the syncs */
-        snprintf(buf + used, len - used, "; critical %.0f%%%s",
-                 decided ? 100.0 * (double)s->critical_steps / (double)decided : 0.0,
-                 s->local ? " of the syncs" : "");
+        used += (size_t)snprintf(buf + used, len - used, "; critical %.0f%%%s",
+                                 decided ? 100.0 * (double)s->critical_steps / (double)decided : 0.0,
+                                 s->local ? " of the syncs" : "");
     }
+    if (used < len && (s->o.policy == POL_SELSYNC || s->local) && s->o.delta_decay > 0)
+        snprintf(buf + used, len - used, "; delta now %.3g", sync_delta(s));
     memset(s->by_coll, 0, sizeof(s->by_coll));
     s->steps = 0;
     s->kept_sum = 0;
