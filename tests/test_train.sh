@@ -47,7 +47,7 @@ grep -q ",flex,artopk,\|,flex,topk-ag," "$tmp/flex-3.csv" ||
 # the drift sync is SelSync's weight average when the controller keeps everything (weight 0:
 # dense): x = xref - mean(xref - x_i) = mean(x_i) up to rounding, at the same steps
 sel=$(train 3 selsync --delta 0.3) || { echo "$sel"; exit 1; }
-fd=$(train 3 flex --delta 0.3 --weight 0) || { echo "$fd"; exit 1; }
+fd=$(train 3 flex --delta 0.3 --delta-decay 0 --weight 0) || { echo "$fd"; exit 1; }
 ns=$(awk -F, '$5 == "selsync" && $6 == "dense-ring"' "$tmp/selsync-3.csv" | wc -l)
 nf=$(awk -F, '$5 == "flex" && ($6 == "dense-ring" || $6 == "dense-tree")' "$tmp/flex-3.csv" | wc -l)
 nc=$(awk -F, '$5 == "flex" && ($6 == "artopk" || $6 == "topk-ag")' "$tmp/flex-3.csv" | wc -l)

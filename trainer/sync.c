@@ -644,7 +644,8 @@ void sync_summary(sync_t *s, char *buf, size_t len)
                                  decided ? 100.0 * (double)s->critical_steps / (double)decided : 0.0,
                                  s->local ? " of the syncs" : "");
     }
-    if (used < len && (s->o.policy == POL_SELSYNC || s->local) && s->o.delta_decay > 0)
+    if (used < len && (s->o.policy == POL_SELSYNC || s->local) && s->o.delta_decay > 0 &&
+        s->lr_ratio < 1) /* only where the rate, and with it the delta, has decayed */
         snprintf(buf + used, len - used, "; delta now %.3g", sync_delta(s));
     memset(s->by_coll, 0, sizeof(s->by_coll));
     s->steps = 0;
