@@ -28,8 +28,9 @@ done
 # the man pages (help2man: each tool's --help; flx-info's lists every FLX_* variable), where
 # configure found help2man
 if [ -n "$(sed -n 's/^HELP2MAN = //p' "$top/Makefile")" ]; then
-    for t in flxrun flx-info flx-train flx-allreduce-perf flx-allgather-perf flx-bcast-perf \
-             flx-reduce-perf flx-topk-perf flx-sparse-perf flx-soak; do
+    tools=$(sed -n 's/^\([^:]*\):.*/\1/p' "$src/tools/man-names")
+    [ -n "$tools" ] || fail "no tool named in $src/tools/man-names"
+    for t in $tools; do
         m=$(find "$dest" -name "$t.1")
         [ -n "$m" ] && head -3 "$m" | grep -q '^\.TH' || fail "no man page $t.1 installed"
         grep -q '^\.SH "SEE ALSO"' "$m" || fail "$t.1 has no SEE ALSO"

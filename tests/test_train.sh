@@ -127,10 +127,15 @@ set -- $syncs
 [ "$1" -gt "$2" ] || fail "selsync synced $1 times with --delta-decay 1, $2 without (cosine rate)"
 out=$("$top/flx-train" --synthetic --policy selsync --max-local 0 2>&1)
 [ $? = 2 ] && echo "$out" | grep -q "bad value '0' for --max-local" || fail "--max-local 0 accepted: $out"
+out=$("$top/flx-train" --synthetic --policy selsync --delta-decay -1 2>&1)
+[ $? = 2 ] && echo "$out" | grep -q "bad value '-1' for --delta-decay" ||
+    fail "--delta-decay -1 accepted: $out"
 out=$("$top/flx-train" --synthetic --policy flex --local-steps off --max-local 3 --epochs 1 \
-      --max-steps 2 2>&1) || fail "flex --local-steps off --max-local 3: $out"
+      --delta-decay 1 --max-steps 2 2>&1) || fail "flex --local-steps off --max-local 3: $out"
 echo "$out" | grep -q "warning: --policy flex ignores --max-local" ||
     fail "no warning for --max-local without local steps: $out"
+echo "$out" | grep -q "ignores.*--delta-decay" ||
+    fail "no warning for --delta-decay without local steps: $out"
 # selsync evaluates the mean of the ranks' weights apart and puts each rank's own back:
 # evaluating every 7 steps leaves every step's loss as it was without
 for e in 0 7; do
