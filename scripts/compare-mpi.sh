@@ -26,8 +26,9 @@
 #
 # Loopback only: mpirun uses ob1 + btl tcp,self restricted to lo (and its
 # out-of-band channel to lo); flexcoll ranks rendezvous at 127.0.0.1 (flxrun)
-# and listen on lo (FLX_SOCKET_IFNAME=lo).  --bind-to none: the ranks may
-# outnumber the cores.
+# and listen on lo (FLX_SOCKET_IFNAME=lo).  Both bind alike: each rank to its
+# own core when the ranks are no more than the CPUs this script may use
+# (flxrun's default; mpirun --bind-to core), else neither (--bind-to none).
 #
 # -B gloo compares with Gloo (Debian's libgloo-dev) instead: the script builds
 # scripts/gloo-coll-bench.cc with g++ and starts its ranks with flxrun (they
@@ -36,6 +37,14 @@
 # Gloo's pair modes (async, sync with busy polling) at each size and reports
 # the fastest; -G passes it other options (-G "-a ring -m async": what
 # PyTorch's ProcessGroupGloo calls).
+#
+# -p pairs the runs by size: every run then measures one size, and at each
+# size flexcoll and the baseline run back to back (alternating which goes
+# first), so that both see the machine in the same state.  A whole sweep
+# takes seconds to minutes, and on a shared machine a run can fall into a
+# slow mode (2-4x the time at every size) that lasts about as long: with
+# whole sweeps one library's median at a size can come from its slow runs
+# and the other's from its fast ones.
 set -euo pipefail
 
 prog=${0##*/}
@@ -44,7 +53,7 @@ script_dir=$(cd "$(dirname "$0")" && pwd)
 usage() {
     cat <<EOF
 usage: $prog [-B mpi|gloo] [-G "GLOO OPTS"] [-r REPS] [-N "2 4"] [-b MIN] [-e MAX]
-             [-n ITERS] [-w WARMUP] [-c 0|1] [-s mean|p50] [-k LOGDIR] [-t SECONDS] [BUILD_DIR]
+             [-n ITERS] [-w WARMUP] [-c 0|1] [-s mean|p50] [-p] [-k LOGDIR] [-t SECONDS] [BUILD_DIR]
        $prog [-s mean|p50] -R RESULTS  (the report again, from a results.txt kept with -k)
   BUILD_DIR  where flxrun and flx-*-perf are (default: \$FLX_BUILD or .)
   -B BASE    what flexcoll is compared with: mpi (Open MPI, default) or gloo
@@ -58,6 +67,7 @@ usage: $prog [-B mpi|gloo] [-G "GLOO OPTS"] [-r REPS] [-N "2 4"] [-b MIN] [-e MA
   -k LOGDIR  keep every run's output in LOGDIR (default: a temporary directory, removed)
   -t SECONDS time limit of one run (default 900)
   -s STAT    a run's time at a size: mean of its iterations (default) or p50
+  -p         paired: one size per run, flexcoll and the baseline back to back at each size
   -R FILE    print the tables from FILE (results.txt of an earlier -k run); run nothing
 EOF
 }
@@ -75,7 +85,8 @@ report_only=""
 stat=mean
 base=mpi
 gloo_opts=""
-while getopts ":B:G:r:N:b:e:n:w:c:k:t:R:s:h" opt; do
+paired=""
+while getopts ":B:G:r:N:b:e:n:w:c:k:t:R:s:ph" opt; do
     case $opt in
     B) base=$OPTARG ;;
     G) gloo_opts=$OPTARG ;;
@@ -90,6 +101,7 @@ while getopts ":B:G:r:N:b:e:n:w:c:k:t:R:s:h" opt; do
     t) limit=$OPTARG ;;
     R) report_only=$OPTARG ;;
     s) stat=$OPTARG ;;
+    p) paired=1 ;;
     h) usage; exit 0 ;;
     :) echo "$prog: option -$OPTARG needs a value" >&2; usage >&2; exit 2 ;;
     *) echo "$prog: unknown option -$OPTARG" >&2; usage >&2; exit 2 ;;
@@ -117,6 +129,21 @@ case $check in 0 | 1) ;; *) echo "$prog: -c takes 0 or 1, not '$check'" >&2; exi
 for v in "b:$minb" "e:$maxb"; do
     [[ ${v#*:} =~ ^[0-9]+[kKmMgG]?$ ]] || { echo "$prog: -${v%%:*} needs a size such as 4, 64k or 64M, not '${v#*:}'" >&2; exit 2; }
 done
+# to_bytes SIZE: 4, 64k, 64M or 1G in bytes
+to_bytes() {
+    local v=${1%[kKmMgG]}
+    case ${1#"$v"} in
+    k | K) echo $((10#$v << 10)) ;;
+    m | M) echo $((10#$v << 20)) ;;
+    g | G) echo $((10#$v << 30)) ;;
+    *) echo $((10#$v)) ;;
+    esac
+}
+lo=$(to_bytes "$minb") hi=$(to_bytes "$maxb")
+if [ "$lo" -gt "$hi" ] || { [ -n "$paired" ] && [ "$lo" -eq 0 ]; }; then
+    echo "$prog: -b $minb must be no larger than -e $maxb (and above 0 with -p)" >&2
+    exit 2
+fi
 case $base in
 mpi | gloo) ;;
 *) echo "$prog: -B takes mpi or gloo, not '$base'" >&2; exit 2 ;;
@@ -280,12 +307,18 @@ if ! "${bcmd[@]}" 2>"$tmp/build.log"; then
 fi
 
 sweep=(-b "$minb" -e "$maxb" -f 2 -n "$iters" -w "$warmup" -c "$check")
+tag="" # the size of a paired run, in its log's name
+
+# mpi_bind N: mpirun's --bind-to for N ranks, as flxrun binds them
+mpi_bind() {
+    if [ "$1" -le "$(nproc)" ]; then echo core; else echo none; fi
+}
 
 # run_one IMPL COLL N REP: run one benchmark, append its rows to $results as
 #   impl coll n rep size time_us busbw wrong p50_us [gloo's algorithm]
 run_one() {
     local impl=$1 coll=$2 n=$3 rep=$4
-    local log=$logdir/$impl-$coll-n$n-rep$rep.log
+    local log=$logdir/$impl-$coll-n$n-rep$rep$tag.log
     local -a cmd
     local t0 t1
 
@@ -294,16 +327,16 @@ run_one() {
              "$build/flxrun" -n "$n" -t "$limit" "$build/flx-$coll-perf" "${sweep[@]}")
     elif [ "$impl" = gloo ]; then
         # a fresh rendezvous directory per run: Gloo's FileStore keys must not exist yet
-        mkdir -p "$tmp/store-$coll-n$n-rep$rep"
-        cmd=(env -u FLX_ROOT GLOO_BENCH_STORE="$tmp/store-$coll-n$n-rep$rep"
+        mkdir -p "$tmp/store-$coll-n$n-rep$rep$tag"
+        cmd=(env -u FLX_ROOT GLOO_BENCH_STORE="$tmp/store-$coll-n$n-rep$rep$tag"
              "$build/flxrun" -n "$n" -t "$limit" "$tmp/gloo-coll-bench" "$coll" -I lo
              ${gopts[@]+"${gopts[@]}"} "${sweep[@]}")
     else
-        cmd=(timeout "$limit" mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$n"
+        cmd=(timeout "$limit" mpirun --allow-run-as-root --oversubscribe --bind-to "$(mpi_bind "$n")" -np "$n"
              --mca pml ob1 --mca btl "tcp,self" --mca btl_tcp_if_include lo
              --mca oob_tcp_if_include lo "$tmp/mpi-coll-bench" "$coll" "${sweep[@]}")
     fi
-    printf '# rep %d/%d  N=%d  %-9s %-8s ... ' "$rep" "$reps" "$n" "$coll" "$impl" >&2
+    printf '# rep %d/%d  N=%d  %-9s %-8s%s ... ' "$rep" "$reps" "$n" "$coll" "$impl" "${tag:+ ${tag#-} B}" >&2
     t0=$(date +%s)
     if ! "${cmd[@]}" >"$log" 2>&1; then
         echo "FAILED" >&2
@@ -327,23 +360,41 @@ run_one() {
     fi
 }
 
+# run_pair COLL N REP FIRST: flexcoll and the baseline back to back; FIRST odd:
+# flexcoll first (alternated, so neither always runs on a warmer machine)
+run_pair() {
+    if [ $(($4 % 2)) -eq 1 ]; then
+        run_one flexcoll "$1" "$2" "$3"
+        run_one "$base" "$1" "$2" "$3"
+    else
+        run_one "$base" "$1" "$2" "$3"
+        run_one flexcoll "$1" "$2" "$3"
+    fi
+}
+
 for n in $nlist; do
     for rep in $(seq 1 "$reps"); do
         for coll in allreduce allgather; do
-            # alternate which one goes first, so neither always runs on a warmer machine
-            if [ $((rep % 2)) -eq 1 ]; then
-                run_one flexcoll "$coll" "$n" "$rep"
-                run_one "$base" "$coll" "$n" "$rep"
-            else
-                run_one "$base" "$coll" "$n" "$rep"
-                run_one flexcoll "$coll" "$n" "$rep"
+            if [ -z "$paired" ]; then
+                run_pair "$coll" "$n" "$rep" "$rep"
+                continue
             fi
+            i=0
+            for ((size = lo; size <= hi; size *= 2)); do
+                # a sweep has no allgather row below one float per rank
+                [ "$coll" = allgather ] && [ "$size" -lt $((4 * n)) ] && continue
+                sweep=(-b "$size" -e "$size" -n "$iters" -w "$warmup" -c "$check")
+                tag=-$size
+                run_pair "$coll" "$n" "$rep" $((rep + i))
+                i=$((i + 1))
+            done
         done
     done
 done
 
 echo
 echo "# flexcoll ($build) vs $base_name over loopback"
+[ -n "$paired" ] && echo "# paired: one size per run, flexcoll and $base back to back at each size"
 echo "# float, out-of-place, $iters iterations after $warmup warm-up, a run's time = the $stat of its"
 echo "# iterations (slowest rank), median of $reps runs per size;"
 echo "# ratio = baseline time / flexcoll time (> 1: flexcoll faster); busbw from the median times (GB/s)"

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -886,6 +887,8 @@ START_TEST(test_bad_usage)
         {"--bogus", "-n", "1", "true", NULL},
         {"-n", "1", "--timeout", "-1", "true"},
         {"-n", "1", "--timeout", "x", "true"},
+        {"-n", "1", "--bind", "socket", "true"},
+        {"-n", "1", "--bind", NULL},
     };
     size_t c;
 
@@ -958,6 +961,124 @@ START_TEST(test_stdin_is_dev_null)
 }
 END_TEST
 
+/* ---- binding ---------------------------------------------------------------- */
+
+/* A kernel CPU list ("0-3,8,10-11") into set; false if malformed. */
+static bool parse_cpu_list(const char *s, cpu_set_t *set)
+{
+    CPU_ZERO(set);
+    while (*s != '\0' && *s != '\n') {
+        char *end;
+        long a = strtol(s, &end, 10), b = a;
+
+        if (end == s || a < 0)
+            return false;
+        s = end;
+        if (*s == '-') {
+            b = strtol(s + 1, &end, 10);
+            if (end == s + 1 || b < a)
+                return false;
+            s = end;
+        }
+        for (long c = a; c <= b && c < CPU_SETSIZE; c++)
+            CPU_SET((int)c, set);
+        if (*s == ',')
+            s++;
+    }
+    return CPU_COUNT(set) > 0;
+}
+
+/* Runs flxrun ARGS -n n, each rank printing its Cpus_allowed_list; fills
+ * sets[0, n) with the ranks' CPUs. */
+static void run_bind(const char *bind, long n, cpu_set_t *sets)
+{
+    char num[16];
+    const char *args[8];
+    const run_spec_t spec = {.args = args};
+    run_result_t r;
+    int a = 0, seen = 0;
+    const char *line;
+
+    snprintf(num, sizeof(num), "%ld", n);
+    if (bind != NULL)
+        args[a++] = bind;
+    args[a++] = "-n";
+    args[a++] = num;
+    args[a++] = "sed";
+    args[a++] = "-n";
+    args[a++] = "s/^Cpus_allowed_list:[[:space:]]*//p";
+    args[a++] = "/proc/self/status";
+    args[a] = NULL;
+    run_flxrun(&spec, &r);
+    ck_assert_msg(r.code == 0, "%s -n %ld: exit %d, stderr:\n%s", bind ? bind : "", n, r.code,
+                  r.err);
+    for (line = r.out; *line != '\0'; seen++) {
+        int rank, off = 0;
+
+        ck_assert_msg(sscanf(line, "[%d] %n", &rank, &off) == 1 && off > 0, "line: %s", line);
+        ck_assert_int_ge(rank, 0);
+        ck_assert_int_lt(rank, n);
+        ck_assert_msg(parse_cpu_list(line + off, &sets[rank]), "bad CPU list: %s", line);
+        line = strchr(line, '\n');
+        ck_assert_ptr_nonnull(line);
+        line++;
+    }
+    ck_assert_int_eq(seen, n);
+    run_result_free(&r);
+}
+
+START_TEST(test_bind)
+{
+    cpu_set_t mine, sets[64], all;
+    long c, n;
+
+    ck_assert_int_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
+    c = CPU_COUNT(&mine);
+    /* as many ranks as CPUs (at most 64), half as many, one: each rank on
+     * its own block of this process's CPUs, [i*C/N, (i+1)*C/N) in order */
+    const long counts[3] = {c < 64 ? c : 64, c / 2, 1};
+    for (int t = 0; t < 3; t++) {
+        n = counts[t];
+        if (n < 1 || (t > 0 && n == counts[t - 1]))
+            continue;
+        for (int k = 0; k < 2; k++) {
+            run_bind(k ? "--bind=core" : NULL, n, sets);
+            CPU_ZERO(&all);
+            for (long i = 0; i < n; i++) {
+                long first = i * c / n, end = (i + 1) * c / n, idx = 0;
+                cpu_set_t want;
+
+                CPU_ZERO(&want);
+                for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+                    if (!CPU_ISSET(cpu, &mine))
+                        continue;
+                    if (idx >= first && idx < end)
+                        CPU_SET(cpu, &want);
+                    idx++;
+                }
+                ck_assert_msg(CPU_EQUAL(&sets[i], &want),
+                              "%s -n %ld: rank %ld has %d CPUs, not its block %ld-%ld of %ld",
+                              k ? "--bind=core" : "auto", n, i, CPU_COUNT(&sets[i]), first,
+                              end - 1, c);
+                CPU_OR(&all, &all, &sets[i]);
+            }
+            ck_assert_msg(CPU_EQUAL(&all, &mine), "-n %ld: the blocks do not cover the CPUs", n);
+        }
+    }
+    /* more ranks than CPUs, or --bind none: every rank where flxrun is */
+    n = c + 1 < 64 ? c + 1 : 0;
+    if (n > 0) {
+        run_bind(NULL, n, sets);
+        for (long i = 0; i < n; i++)
+            ck_assert_msg(CPU_EQUAL(&sets[i], &mine), "-n %ld > %ld CPUs: rank %ld bound", n, c, i);
+    }
+    n = c < 64 ? c : 64;
+    run_bind("--bind=none", n, sets);
+    for (long i = 0; i < n; i++)
+        ck_assert_msg(CPU_EQUAL(&sets[i], &mine), "--bind none: rank %ld bound", i);
+}
+END_TEST
+
 static Suite *flxrun_suite(void)
 {
     Suite *s = suite_create("flxrun");
@@ -972,6 +1093,7 @@ static Suite *flxrun_suite(void)
     tcase_add_test(tc_env, test_root_and_secret_shared);
     tcase_add_test(tc_env, test_preset_root_and_secret_kept);
     tcase_add_test(tc_env, test_stdin_is_dev_null);
+    tcase_add_test(tc_env, test_bind);
     tcase_add_test(tc_fail, test_rank_failure_stops_others);
     tcase_add_test(tc_fail, test_failure_escalates_to_sigkill);
     tcase_add_test(tc_fail, test_rank_killed_by_signal);

@@ -17,12 +17,18 @@
  *                 the call: a callback that overwrites its segment finds its
  *                 values there afterwards, and the rest is unchanged
  *   learning      a small MLP and a small CNN fit separable tasks by SGD
+ *   checkpoint    a model file holds finite weights only: ckpt_save refuses
+ *                 NaN, +Inf and -Inf (FLX_ERR_INVALID_ARG, one line naming
+ *                 the file and the weight) and leaves the file it would
+ *                 replace as it was, with no temporary file beside it
  */
+#include "trainer/checkpoint.h"
 #include "trainer/nn.h"
 #include "trainer/rng.h"
 
 #include <check.h>
 #include <cblas.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,26 +90,49 @@ static nn_t *make(const char *spec, size_t c, size_t h, size_t w, int classes, s
     return nn;
 }
 
-/* The lines written to stderr while st = nn_create(...) runs. */
-static int create_logged(const char *spec, size_t c, size_t h, size_t w, int classes,
-                         size_t max_batch, flx_status_t *st_p, nn_t **nn_p)
+/* Sends stderr to a temporary file until stderr_end; *saved_p keeps the real one. */
+static FILE *stderr_begin(int *saved_p)
 {
     FILE *tmp = tmpfile();
-    int saved, lines = 0, ch;
 
     REQUIRE(tmp != NULL);
     fflush(stderr);
-    saved = dup(2);
-    REQUIRE(saved >= 0 && dup2(fileno(tmp), 2) == 2);
-    *st_p = nn_create(spec, c, h, w, classes, max_batch, 1, nn_p);
+    *saved_p = dup(2);
+    REQUIRE(*saved_p >= 0 && dup2(fileno(tmp), 2) == 2);
+    return tmp;
+}
+
+/* Restores stderr; returns the lines written since stderr_begin, the first
+ * of them in line (NUL-terminated, no newline) unless line is NULL. */
+static int stderr_end(FILE *tmp, int saved, char *line, size_t line_len)
+{
+    int lines = 0, ch;
+    size_t k = 0;
+
     fflush(stderr);
     REQUIRE(dup2(saved, 2) == 2);
     close(saved);
     rewind(tmp);
-    while ((ch = fgetc(tmp)) != EOF)
+    while ((ch = fgetc(tmp)) != EOF) {
+        if (line != NULL && lines == 0 && ch != '\n' && k + 1 < line_len)
+            line[k++] = (char)ch;
         lines += ch == '\n';
+    }
+    if (line != NULL)
+        line[k] = '\0';
     fclose(tmp);
     return lines;
+}
+
+/* The lines written to stderr while st = nn_create(...) runs. */
+static int create_logged(const char *spec, size_t c, size_t h, size_t w, int classes,
+                         size_t max_batch, flx_status_t *st_p, nn_t **nn_p)
+{
+    int saved;
+    FILE *tmp = stderr_begin(&saved);
+
+    *st_p = nn_create(spec, c, h, w, classes, max_batch, 1, nn_p);
+    return stderr_end(tmp, saved, NULL, 0);
 }
 
 /* ---- specs ------------------------------------------------------------------ */
@@ -759,6 +788,74 @@ START_TEST(test_learn_cnn)
 }
 END_TEST
 
+/* ---- checkpoint -------------------------------------------------------------- */
+
+/* The lines written to stderr while *st_p = ckpt_save(...) runs; the first
+ * of them in line. */
+static int save_logged(const char *path, const float *w, size_t n, flx_status_t *st_p,
+                       char *line, size_t line_len)
+{
+    int saved;
+    FILE *tmp = stderr_begin(&saved);
+
+    *st_p = ckpt_save(path, "mlp:4", w, n, 0);
+    return stderr_end(tmp, saved, line, line_len);
+}
+
+static int dir_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+
+    REQUIRE(d != NULL);
+    while ((e = readdir(d)) != NULL)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return n;
+}
+
+START_TEST(test_checkpoint)
+{
+    enum { N = 1000 };
+    static float w[N], back[N];
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    const size_t at[] = {0, 517, N - 1};
+    char dir[] = "/tmp/flx-check-nn.XXXXXX", path[64], line[512], want[128];
+    flx_status_t st;
+
+    REQUIRE(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof(path), "%s/model.bin", dir);
+    fill_normal(w, N, 11, 1.0f);
+    REQUIRE(save_logged(path, w, N, &st, line, sizeof(line)) == 0 && st == FLX_OK);
+    for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
+        float keep = w[at[b]];
+        int lines;
+
+        w[at[b]] = bad[b];
+        lines = save_logged(path, w, N, &st, line, sizeof(line));
+        REQUIRE_MSG(st == FLX_ERR_INVALID_ARG, "weight %zu = %g: %s", at[b], (double)bad[b],
+                    flx_status_string(st));
+        snprintf(want, sizeof(want), "cannot write %s: weight %zu of %d is ", path, at[b], N);
+        REQUIRE_MSG(lines == 1 && strstr(line, want) != NULL && strstr(line, "diverged") != NULL,
+                    "weight %zu = %g: %d lines, the first '%s'", at[b], (double)bad[b], lines,
+                    line);
+        w[at[b]] = keep;
+        /* the file saved before is whole, and nothing else was left beside it */
+        REQUIRE(dir_entries(dir) == 1);
+        memset(back, 0, sizeof(back));
+        REQUIRE(ckpt_load(path, "mlp:4", back, N, 0) == FLX_OK);
+        REQUIRE_MSG(memcmp(back, w, sizeof(w)) == 0, "the model file changed");
+    }
+    /* and a finite model replaces it */
+    w[3] = 42.0f;
+    REQUIRE(save_logged(path, w, N, &st, line, sizeof(line)) == 0 && st == FLX_OK);
+    REQUIRE(ckpt_load(path, "mlp:4", back, N, 0) == FLX_OK && back[3] == 42.0f);
+    REQUIRE(dir_entries(dir) == 1);
+    REQUIRE(unlink(path) == 0 && rmdir(dir) == 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("nn");
@@ -781,6 +878,7 @@ int main(void)
     tcase_add_test(tc, test_callback);
     tcase_add_test(tc, test_learn_mlp);
     tcase_add_test(tc, test_learn_cnn);
+    tcase_add_test(tc, test_checkpoint);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

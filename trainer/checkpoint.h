@@ -21,7 +21,8 @@
  * renamed over path once complete and synced, so an existing file is
  * replaced whole or not at all (and keeps its mode).  FLX_ERR_IO (one line
  * naming the file and the system's reason), FLX_ERR_INVALID_ARG (desc
- * empty or longer than 255 bytes); FLX_OK.  rank: for the log line. */
+ * empty or longer than 255 bytes, or a weight NaN or infinite: the file
+ * it would replace stays); FLX_OK.  rank: for the log line. */
 flx_status_t ckpt_save(const char *path, const char *desc, const float *w, size_t n, int rank);
 
 /* Whether ckpt_save could create its file beside path (a file created and

@@ -770,34 +770,58 @@ static flx_status_t boot_agree_lanes(boot_t *boot, int want, double deadline)
 
 #define BOOT_ID_BYTES sizeof(((boot_wire_host_t *)0)->boot_id)
 
+/* This process's CPUs (sched_getaffinity; all online ones if unreadable). */
+static void boot_own_cpus(cpu_set_t *set)
+{
+    if (sched_getaffinity(0, sizeof(*set), set) == 0)
+        return;
+    CPU_ZERO(set);
+    for (long c = 0, n = sysconf(_SC_NPROCESSORS_ONLN); c < n && c < CPU_SETSIZE; c++)
+        CPU_SET((int)c, set);
+}
+
 /* The ranks of this job on this machine: those with its kernel's boot id
- * (network namespaces share it, and share the cores).  An unreadable id
- * counts every rank as local: backends then take the cautious choice. */
+ * (network namespaces share it, and share the cores), and the CPUs they
+ * may run on together (the union of their affinity masks: ranks a launcher
+ * bound to a core each have as many as there are ranks, unbound ones every
+ * core, ranks all confined to one core that one).  An unreadable id counts
+ * every rank as local on this rank's own CPUs: backends then take the
+ * cautious choice. */
 static flx_status_t boot_local_ranks(boot_t *boot)
 {
+    struct {
+        char id[BOOT_ID_BYTES];
+        cpu_set_t cpus; /* the same layout on every rank of one machine */
+    } mine, *all = calloc((size_t)boot->size, sizeof(mine));
     boot_wire_host_t host;
-    const char *id = host.boot_id;
-    char *all = calloc((size_t)boot->size, BOOT_ID_BYTES);
+    cpu_set_t local;
     flx_status_t st;
 
-    boot_host_id(&host);
     if (all == NULL) {
         flx_error(INIT, boot->rank, "bootstrap: no memory for %d boot ids", boot->size);
         return FLX_ERR_NO_MEMORY;
     }
-    st = boot_allgather(boot, id, all, BOOT_ID_BYTES);
-    boot->local_size = id[0] ? 0 : boot->size;
-    for (int j = 0; id[0] && j < boot->size && st == FLX_OK; j++)
-        boot->local_size += memcmp(all + (size_t)j * BOOT_ID_BYTES, id, BOOT_ID_BYTES) == 0;
+    boot_host_id(&host);
+    memset(&mine, 0, sizeof(mine));
+    memcpy(mine.id, host.boot_id, BOOT_ID_BYTES);
+    boot_own_cpus(&mine.cpus);
+    st = boot_allgather(boot, &mine, all, sizeof(mine));
+    local = mine.cpus;
+    boot->local_size = mine.id[0] ? 0 : boot->size;
+    for (int j = 0; mine.id[0] && j < boot->size && st == FLX_OK; j++) {
+        if (memcmp(all[j].id, mine.id, BOOT_ID_BYTES) != 0)
+            continue;
+        boot->local_size++;
+        CPU_OR(&local, &local, &all[j].cpus);
+    }
+    boot->local_cpus = CPU_COUNT(&local);
     free(all);
     return st;
 }
 
 double boot_spin(const boot_t *boot, double spin_s, const char *backend)
 {
-    cpu_set_t set;
-    long cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
-                                                              : sysconf(_SC_NPROCESSORS_ONLN);
+    long cores = boot->local_cpus;
 
     if (cores <= 0 || boot->local_size <= cores || spin_s <= 50e-6)
         return spin_s;
@@ -837,6 +861,7 @@ flx_status_t boot_create(int rank, int size, const char *root, const char *secre
         boot->fds[r] = boot->fds2[r] = -1;
     auth_key_derive(secret, &boot->key);
     boot->local_size = 1;
+    boot->local_cpus = 0; /* unknown: boot_spin keeps FLX_SPIN */
     if (size == 1) {
         *boot_p = boot;
         return FLX_OK;

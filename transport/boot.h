@@ -40,6 +40,8 @@ typedef struct boot {
     int local_size;               /* ranks on this machine (its kernel's boot
                                      id; network namespaces included); all of
                                      them when this rank cannot read its id    */
+    int local_cpus;               /* CPUs those ranks may run on together (the
+                                     union of their affinity masks); 0 unknown */
     auth_key_t key;
     flx_config_t cfg;
 } boot_t;
@@ -60,9 +62,9 @@ void boot_destroy(boot_t *boot);
  * bootstrap; used by backends to exchange connection data. */
 flx_status_t boot_allgather(boot_t *boot, const void *mine, void *all, size_t len);
 /* A backend's busy-poll length: spin_s, or 50 us (logged at info, with
- * the backend's name) when this machine's ranks outnumber the cores this
- * process may use -- a long busy-poll would take the core from the rank
- * it waits for. */
+ * the backend's name) when this machine's ranks outnumber the cores they
+ * may use together (local_cpus) -- a long busy-poll would take the core
+ * from the rank it waits for. */
 double boot_spin(const boot_t *boot, double spin_s, const char *backend);
 /* Descriptors this process has open: counted in /proc/self/fd (use_proc),
  * or where that cannot be read (no /proc, or no descriptor left to read it
