@@ -311,7 +311,8 @@ tag="" # the size of a paired run, in its log's name
 
 # mpi_bind N: mpirun's --bind-to for N ranks, as flxrun binds them
 mpi_bind() {
-    if [ "$1" -le "$(nproc)" ]; then echo core; else echo none; fi
+    # (nproc obeys OMP_NUM_THREADS; flxrun counts the CPUs it may use)
+    if [ "$1" -le "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" ]; then echo core; else echo none; fi
 }
 
 # run_one IMPL COLL N REP: run one benchmark, append its rows to $results as
@@ -381,7 +382,8 @@ for n in $nlist; do
             fi
             i=0
             for ((size = lo; size <= hi; size *= 2)); do
-                # a sweep has no allgather row below one float per rank
+                # a sweep has no row below one float (per rank, for the allgather)
+                [ "$size" -lt 4 ] && continue
                 [ "$coll" = allgather ] && [ "$size" -lt $((4 * n)) ] && continue
                 sweep=(-b "$size" -e "$size" -n "$iters" -w "$warmup" -c "$check")
                 tag=-$size

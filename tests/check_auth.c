@@ -164,7 +164,7 @@ START_TEST(test_hello_encode_layout)
 {
     auth_hello_t h = {.purpose = AUTH_PURPOSE_MESH, .rank = 0x01020304, .size = 0x05060708};
     static const uint8_t head[16] = {0x46, 0x4c, 0x58, 0x42, /* "FLXB" */
-                                     0x00, 0x03, 0x00, 0x02, /* version 3, purpose 2 */
+                                     0x00, 0x04, 0x00, 0x02, /* version 4, purpose 2 */
                                      0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08};
     uint8_t wire[AUTH_HELLO_BYTES];
 
@@ -228,9 +228,9 @@ START_TEST(test_hello_reject)
     auth_hello_t h = {.purpose = AUTH_PURPOSE_MESH, .rank = 2, .size = 4};
     uint8_t good[AUTH_HELLO_BYTES], w[AUTH_HELLO_BYTES];
     static const uint32_t bad_vp[] = {
-        (0u << 16) | AUTH_PURPOSE_MESH, (2u << 16) | AUTH_PURPOSE_MESH,
-        (4u << 16) | AUTH_PURPOSE_MESH, (0xffffu << 16) | AUTH_PURPOSE_BOOT, /* bad version */
-        (3u << 16) | 0, (3u << 16) | 4, (3u << 16) | 0xffff, /* bad purpose */
+        (0u << 16) | AUTH_PURPOSE_MESH, (3u << 16) | AUTH_PURPOSE_MESH,
+        (5u << 16) | AUTH_PURPOSE_MESH, (0xffffu << 16) | AUTH_PURPOSE_BOOT, /* bad version */
+        (4u << 16) | 0, (4u << 16) | 4, (4u << 16) | 0xffff, /* bad purpose */
     };
     static const int32_t bad_rank_size[][2] = {
         {4, 4}, {5, 4}, {0, 0}, {-1, 4}, {0, -1}, {INT32_MIN, 4}, {1, INT32_MIN}, {3, 0},

@@ -510,12 +510,12 @@ static int raw_strangers(int rank, int size, const char *root, void *arg)
         if (sock_connect(&addr, deadline, &fd_garbage) != FLX_OK)
             return mp_fail(rank, "stranger could not connect");
         sock_send_all(fd_garbage, junk, sizeof(junk), deadline);    /* garbage */
-        /* a rank of an older build: bootstrap protocol version 2 */
+        /* a rank of an older build: bootstrap protocol version 3 */
         if (sock_connect(&addr, deadline, &fd_old) != FLX_OK)
             return mp_fail(rank, "stranger could not connect");
         auth_hello_encode(&old, wire);
         wire[4] = 0;
-        wire[5] = 2;
+        wire[5] = 3;
         sock_send_all(fd_old, wire, sizeof(wire), deadline);
         auth_key_derive("not the secret", &wrong);
         if (sock_connect(&addr, deadline, &fd_wrong) != FLX_OK)
@@ -536,7 +536,7 @@ static int raw_strangers(int rank, int size, const char *root, void *arg)
         saved = capture_start(path);
     st = mp_comm_create(rank, 2, root, &comm);
     if (rank == 0 && (old_lines = capture_stop(saved, path, "a flexcoll whose bootstrap protocol "
-                                               "is version 2, this one's 3")) != 1)
+                                               "is version 3, this one's 4")) != 1)
         return mp_fail(rank, "%d lines name the older build, not 1", old_lines);
     if (st != FLX_OK)
         return mp_fail(rank, "comm_create with strangers around: %s", flx_status_string(st));

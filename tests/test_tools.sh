@@ -16,6 +16,21 @@ out=$(FLX_LOG_LEVEL=info taskset -c "$cpu" "$top/flxrun" -n 2 "$top/flx-example"
     fail "2 ranks on 1 core kept the long spin: $out"
 out=$(FLX_LOG_LEVEL=info "$top/flxrun" -n 1 "$top/flx-example" 2>&1) || fail "flx-example, 1 rank: $out"
 echo "$out" | grep -q "busy-poll 50 us" && fail "1 rank took the short spin: $out"
+# ... counted over the union of the ranks' CPUs: bound to a core each by flxrun, the long
+# spin; unbound and one more than the cores, the short one
+ncpu=$(awk '/^Cpus_allowed_list/ { n = 0; k = split($2, r, ","); for (i = 1; i <= k; i++) {
+           m = split(r[i], ab, "-"); n += m == 2 ? ab[2] - ab[1] + 1 : 1 } print n }' /proc/self/status)
+if [ "$ncpu" -ge 2 ]; then
+    out=$(FLX_LOG_LEVEL=info "$top/flxrun" -n 2 "$top/flx-example" 2>&1) || fail "flx-example, bound: $out"
+    echo "$out" | grep -q "busy-poll 50 us" && fail "2 ranks bound to a core each took the short spin: $out"
+fi
+if [ "$ncpu" -le 15 ]; then
+    n=$((ncpu + 1))
+    out=$(FLX_LOG_LEVEL=info "$top/flxrun" --bind none -n "$n" "$top/flx-example" 2>&1) ||
+        fail "flx-example, $n ranks on $ncpu cores: $out"
+    [ "$(echo "$out" | grep -c "tcp: $n ranks share $ncpu cores here: busy-poll 50 us")" -eq "$n" ] ||
+        fail "$n ranks on $ncpu cores kept the long spin: $out"
+fi
 
 "$top/flx-info" | grep -q "build features: tcp" || fail "flx-info has no feature line"
 "$top/flx-info" | grep -q "^# flex defaults: weight 0.6, gain floor 0.45" ||

@@ -22,8 +22,9 @@
 #define AUTH_BUSY_MAGIC 0x464c5857u /* "FLXW": in place of a challenge, "too busy, try again" */
 #define AUTH_VERDICT_BUSY 2         /* in place of the verdict, the same */
 /* 2: the ranks agree on connections per pair before the mesh; 3: IPv6
- * addresses in the table, and rank 0's data apart from the rendezvous */
-#define AUTH_VERSION 3
+ * addresses in the table, and rank 0's data apart from the rendezvous;
+ * 4: each rank's CPU mask beside its boot id (the local ranks' cores) */
+#define AUTH_VERSION 4
 
 /* MESH2: the mesh's second connection of a pair (FLX_TCP_SOCKETS=2) */
 enum { AUTH_PURPOSE_BOOT = 1, AUTH_PURPOSE_MESH = 2, AUTH_PURPOSE_MESH2 = 3 };
