@@ -32,8 +32,8 @@
  *    the exec; N > C is bad usage.  `none' leaves the ranks where flxrun is.
  *    The default, `auto', binds when N <= C and not otherwise, as mpirun
  *    does.  Unbound, two spinning ranks often share one core: every other
- *    call then waits for a context switch (a 2-rank 8 B allreduce took 9 us
- *    bound, and alternately 5 and 27 us on one core).
+ *    call then waits for a context switch (a 2-rank 512 B allreduce, mean
+ *    8.4-9.2 us bound, 18-22 us on one core).
  *  - Exit status: 0 if every rank exited 0; else the first failure's exit code
  *    (128+signo if it was killed); 124 on timeout; 128+signo if flxrun was
  *    interrupted and no rank failed; 2 on bad usage; 1 if the job could not be
@@ -53,6 +53,7 @@
 #include <math.h>                                /* isfinite */
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -61,7 +62,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sched.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
