@@ -1072,6 +1072,22 @@ START_TEST(test_bind)
         for (long i = 0; i < n; i++)
             ck_assert_msg(CPU_EQUAL(&sets[i], &mine), "-n %ld > %ld CPUs: rank %ld bound", n, c, i);
     }
+    /* ... which --bind core refuses: usage, one line, nothing started */
+    {
+        char num[16], want[96];
+        const char *args[] = {"--bind", "core", "-n", num, "echo", "started", NULL};
+        const run_spec_t spec = {.args = args};
+        run_result_t r;
+
+        snprintf(num, sizeof(num), "%ld", c + 1);
+        snprintf(want, sizeof(want), "flxrun: --bind core: %ld ranks on %ld CPUs cannot have one each",
+                 c + 1, c);
+        run_flxrun(&spec, &r);
+        ck_assert_msg(r.code == 2, "--bind core -n %ld: exit %d", c + 1, r.code);
+        ck_assert_msg(strncmp(r.err, want, strlen(want)) == 0, "stderr:\n%s", r.err);
+        ck_assert_str_eq(r.out, "");
+        run_result_free(&r);
+    }
     n = c < 64 ? c : 64;
     run_bind("--bind=none", n, sets);
     for (long i = 0; i < n; i++)
