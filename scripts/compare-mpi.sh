@@ -45,6 +45,14 @@
 # slow mode (2-4x the time at every size) that lasts about as long: with
 # whole sweeps one library's median at a size can come from its slow runs
 # and the other's from its fast ones.
+#
+# Before every pair the script measures the round trip of a cache line
+# between the CPUs of ranks 0 and 1 (scripts/core-latency.c, built with cc;
+# kept as c2c.txt beside results.txt).  Each table shows its median per size
+# ("c2c ns"), and the sizes where flexcoll is behind counted again over the
+# pairs whose cores were near (round trip at most twice the run's lowest) and
+# over those whose cores were far.  On a virtual machine the host may move
+# the CPUs apart for minutes at a time, and loopback transfers then cost more.
 set -euo pipefail
 
 prog=${0##*/}
@@ -172,7 +180,7 @@ has_rows() {
 }
 
 report() {
-    local res=$1 coll n label
+    local res=$1 c2c=${2:-/dev/null} coll n label
     has_rows "$res"
     label=$(awk '$1 != "flexcoll" { print ($1 == "gloo" ? "Gloo" : "MPI"); exit }' "$res")
     label=${label:-MPI}
@@ -183,6 +191,14 @@ report() {
     for coll in allreduce allgather; do
         for n in $(awk -v c="$coll" '$2 == c { print $3 }' "$res" | sort -n | uniq); do
             awk -v coll="$coll" -v n="$n" -v col="$statcol" -v L="$label" -v bk="${label,,}" '
+            # c2c.txt rows: coll n rep size|all round_trip_ns (n/a: not measured)
+            FILENAME == ARGV[1] {
+                if (NF == 5 && $5 ~ /^[0-9.]+$/) {
+                    lat[$1, $2, $3, $4] = $5 + 0
+                    if (lowest == "" || $5 + 0 < lowest) lowest = $5 + 0
+                }
+                next
+            }
             function median(list,    v, k, i, j, t) {
                 k = split(list, v, " ")
                 for (i = 2; i <= k; i++) {            # insertion sort, k is small
@@ -193,17 +209,38 @@ report() {
                 if (k == 0) return -1
                 return k % 2 ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2
             }
+            # behind_in TF TM: the sizes where the medians of TF (flexcoll) and TM put flexcoll behind
+            function behind_in(tf, tm,    i, s, f, m, out, k, tot) {
+                out = ""; k = tot = 0
+                for (i = 1; i <= ns; i++) {
+                    s = sizes[i]
+                    f = median(tf[s]); m = median(tm[s])
+                    if (f <= 0 || m <= 0) continue
+                    tot++
+                    if (m < f) { out = out sprintf(" %d (%.2f)", s, m / f); k++ }
+                }
+                return k " of " tot " sizes" out
+            }
             $2 == coll && $3 == n {
                 if (!($5 in seen)) { seen[$5] = 1; sizes[++ns] = $5 }
                 t[$1, $5] = t[$1, $5] " " $col
                 if ($8 != "N/A" && $8 + 0 > 0) bad[$1]++
+                # the core-to-core round trip of this pair: measured for its size, or for its sweep
+                c = (($2, $3, $4, $5) in lat) ? lat[$2, $3, $4, $5] : \
+                    ((($2, $3, $4, "all") in lat) ? lat[$2, $3, $4, "all"] : -1)
+                if (c < 0) next
+                if ($1 == "flexcoll") { cl[$5] = cl[$5] " " c; npair++ }
+                far = c > 2 * lowest
+                if ($1 == "flexcoll") nfar += far
+                if (far) { if ($1 == "flexcoll") ff[$5] = ff[$5] " " $col; else fm[$5] = fm[$5] " " $col }
+                else { if ($1 == "flexcoll") nf[$5] = nf[$5] " " $col; else nm[$5] = nm[$5] " " $col }
             }
             END {
                 factor = coll == "allreduce" ? 2 * (n - 1) / n : (n - 1) / n
                 what = coll == "allreduce" ? "allreduce (float, sum)" : "allgather (float; size = gathered total)"
                 printf "\n== %s, N=%d ==\n", what, n
-                printf "%12s  %14s  %14s  %8s  %10s  %10s\n", "size (B)", "flexcoll (us)", L " (us)",
-                       L "/flx", "flx busbw", L " busbw"
+                printf "%12s  %14s  %14s  %8s  %10s  %10s  %7s\n", "size (B)", "flexcoll (us)", L " (us)",
+                       L "/flx", "flx busbw", L " busbw", "c2c ns"
                 lat_f = lat_m = -1; sf = sm = nb = 0; behind = ""; nbehind = 0
                 for (i = 1; i <= ns; i++) {
                     s = sizes[i]
@@ -213,7 +250,8 @@ report() {
                     fs = f > 0 ? sprintf("%.2f", f) : "n/a"; fb = f > 0 ? sprintf("%.3f", bf) : "n/a"
                     ms = m > 0 ? sprintf("%.2f", m) : "n/a"; mb = m > 0 ? sprintf("%.3f", bm) : "n/a"
                     rs = (f > 0 && m > 0) ? sprintf("%.2f", m / f) : "n/a"
-                    printf "%12d  %14s  %14s  %8s  %10s  %10s\n", s, fs, ms, rs, fb, mb
+                    cs = s in cl ? sprintf("%.0f", median(cl[s])) : "n/a"
+                    printf "%12d  %14s  %14s  %8s  %10s  %10s  %7s\n", s, fs, ms, rs, fb, mb, cs
                     if (s == 4096) { lat_f = f; lat_m = m }
                     if (f > 0 && m > 0 && m < f) { behind = behind " " s " (" rs ")"; nbehind++ }
                     if (s >= 1048576 && s <= 67108864 && f > 0 && m > 0) { sf += bf; sm += bm; nb++ }
@@ -229,9 +267,15 @@ report() {
                 else
                     printf "1-64 MiB busbw     : no rows between 1 and 64 MiB\n"
                 printf "flexcoll behind at : %d of %d sizes%s\n", nbehind, ns, behind
+                if (npair > 0) {
+                    printf "core-to-core       : lowest round trip %.0f ns; cores far (over %.0f ns) in %d of %d flexcoll results (a size of a run)\n",
+                           lowest, 2 * lowest, nfar, npair
+                    printf "  behind, near     : %s\n", behind_in(nf, nm)
+                    printf "  behind, far      : %s\n", behind_in(ff, fm)
+                }
                 if (bad["flexcoll"] || bad[bk])
                     printf "WARNING: rows with wrong elements: flexcoll %d, %s %d\n", bad["flexcoll"], L, bad[bk]
-            }' "$res"
+            }' "$c2c" "$res"
         done
     done
 }
@@ -244,7 +288,9 @@ if [ -n "$report_only" ]; then
     has_rows "$report_only"
     echo "# report from $report_only: a run's time = the $stat of its iterations, median over the repetitions per size;"
     echo "# ratio = baseline time / flexcoll time (> 1: flexcoll faster); busbw from the median times (GB/s)"
-    report "$report_only"
+    c2c_kept=$(dirname "$report_only")/c2c.txt
+    [ -r "$c2c_kept" ] || c2c_kept=/dev/null
+    report "$report_only" "$c2c_kept"
     exit 0
 fi
 
@@ -306,6 +352,17 @@ if ! "${bcmd[@]}" 2>"$tmp/build.log"; then
     exit 1
 fi
 
+# the core-to-core round trip beside every pair (n/a without a C compiler)
+c2c=$tmp/c2c.txt
+: >"$c2c"
+latency=""
+if command -v cc >/dev/null 2>&1 &&
+    cc -O2 -pthread -o "$tmp/core-latency" "$script_dir/core-latency.c" 2>"$tmp/build-latency.log"; then
+    latency=$tmp/core-latency
+else
+    echo "$prog: warning: could not build core-latency (cc); c2c ns will read n/a" >&2
+fi
+
 sweep=(-b "$minb" -e "$maxb" -f 2 -n "$iters" -w "$warmup" -c "$check")
 tag="" # the size of a paired run, in its log's name
 
@@ -364,6 +421,15 @@ run_one() {
 # run_pair COLL N REP FIRST: flexcoll and the baseline back to back; FIRST odd:
 # flexcoll first (alternated, so neither always runs on a warmer machine)
 run_pair() {
+    local ns="n/a" sz=all
+    [ -n "$tag" ] && sz=${tag#-}
+    if [ -n "$latency" ]; then
+        # the CPUs of ranks 0 and 1 as flxrun binds N ranks (mpirun's --bind-to core matches)
+        ns=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT "$latency" -r "$2" 2>/dev/null |
+             awk '{ print $(NF - 3) }') || ns="n/a"
+        [[ $ns =~ ^[0-9]+$ ]] || ns="n/a"
+    fi
+    echo "$1 $2 $3 $sz $ns" >>"$c2c"
     if [ $(($4 % 2)) -eq 1 ]; then
         run_one flexcoll "$1" "$2" "$3"
         run_one "$base" "$1" "$2" "$3"
@@ -400,9 +466,10 @@ echo "# flexcoll ($build) vs $base_name over loopback"
 echo "# float, out-of-place, $iters iterations after $warmup warm-up, a run's time = the $stat of its"
 echo "# iterations (slowest rank), median of $reps runs per size;"
 echo "# ratio = baseline time / flexcoll time (> 1: flexcoll faster); busbw from the median times (GB/s)"
-report "$results"
+report "$results" "$c2c"
 if [ -n "$keep" ]; then
     cp "$results" "$logdir/results.txt"
+    cp "$c2c" "$logdir/c2c.txt"
     echo
     echo "# logs and results.txt kept in $logdir"
 fi

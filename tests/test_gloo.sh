@@ -90,6 +90,16 @@ echo "$out" | grep -q "flexcoll (us) *Gloo (us) *Gloo/flx" || fail "compare-mpi.
 [ "$(awk '$1 == "gloo" && NF == 10 && $10 ~ /^(ring|bcube|hd|ring-chunked|ring-legacy)(\+sync)?$/' \
        "$tmp/keep/results.txt" | wc -l)" -eq 8 ] ||
     fail "compare-mpi.sh -B gloo: results.txt: $(cat "$tmp/keep/results.txt")"
+# the core-to-core round trip beside each pair: one row per collective's sweep,
+# a number where two CPUs may be used (n/a otherwise), and its median in the tables
+[ "$(echo "$out" | grep -c 'size (B).*c2c ns')" -eq 2 ] || fail "compare-mpi.sh: no c2c column: $out"
+if [ "$(nproc)" -ge 2 ]; then
+    [ "$(awk 'NF == 5 && $4 == "all" && $5 ~ /^[0-9]+$/ && $5 > 0' "$tmp/keep/c2c.txt" | wc -l)" -eq 2 ] ||
+        fail "compare-mpi.sh: c2c.txt: $(cat "$tmp/keep/c2c.txt")"
+    [ "$(echo "$out" | grep -c 'core-to-core       : lowest round trip [0-9]* ns; cores far (over [0-9]* ns) in [0-4] of 4 flexcoll results')" -eq 2 ] ||
+        fail "compare-mpi.sh: core-to-core line: $out"
+fi
+echo "PASS: compare-mpi.sh records the core-to-core round trip"
 bash "$src/scripts/compare-mpi.sh" -B nccl -R "$tmp/keep/results.txt" >/dev/null 2>&1 &&
     fail "compare-mpi.sh -B nccl accepted"
 bash "$src/scripts/compare-mpi.sh" -G "-a hd" -R "$tmp/keep/results.txt" >/dev/null 2>&1 &&
@@ -98,3 +108,24 @@ bash "$src/scripts/compare-mpi.sh" -G "-a hd" -R "$tmp/keep/results.txt" >/dev/n
 out=$(bash "$src/scripts/compare-mpi.sh" -R "$tmp/keep/results.txt" 2>&1) || fail "compare-mpi.sh -R: $out"
 echo "$out" | grep -q "Gloo/flexcoll" || fail "compare-mpi.sh -R on Gloo rows: $out"
 echo "PASS: compare-mpi.sh -B gloo"
+
+# core-latency itself: a round trip between two CPUs, its bad input refused
+cc -O2 -pthread -o "$tmp/core-latency" "$src/scripts/core-latency.c" 2>"$tmp/cl.log" ||
+    fail "core-latency does not build: $(cat "$tmp/cl.log")"
+if [ "$(nproc)" -ge 2 ]; then
+    out=$("$tmp/core-latency" -n 1000 -r 2 2>&1) || fail "core-latency -r 2: $out"
+    echo "$out" | grep -Eq '^core-to-core round trip CPU [0-9]+ <-> CPU [0-9]+: [1-9][0-9]* ns \(1000 rounds\)$' ||
+        fail "core-latency -r 2: output: $out"
+    cpu=$(taskset -pc $$ 2>/dev/null | awk -F': ' '{ split($2, a, "[,-]"); print a[1] }')
+    if [ -n "$cpu" ] && command -v taskset >/dev/null 2>&1; then
+        out=$(taskset -c "$cpu" "$tmp/core-latency" 2>&1)
+        [ $? -eq 77 ] || fail "core-latency on one CPU: not 77: $out"
+        echo "$out" | grep -q "may use only CPU $cpu: nothing to measure" || fail "core-latency on one CPU: $out"
+    fi
+fi
+for bad in "-n 0" "-n x" "-r 1" "0 0" "1" "0 99999"; do
+    # shellcheck disable=SC2086 # the words are the arguments
+    out=$("$tmp/core-latency" $bad 2>&1)
+    [ $? -eq 2 ] || fail "core-latency $bad: not a usage error: $out"
+done
+echo "PASS: core-latency"
