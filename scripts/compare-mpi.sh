@@ -50,7 +50,7 @@
 # between the CPUs of ranks 0 and 1 (scripts/core-latency.c, built with cc;
 # kept as c2c.txt beside results.txt).  Each table shows its median per size
 # ("c2c ns"), and the sizes where flexcoll is behind counted again over the
-# pairs whose cores were near (round trip at most twice the run's lowest) and
+# pairs whose cores were near (round trip at most 3x the run's lowest) and
 # over those whose cores were far.  On a virtual machine the host may move
 # the CPUs apart for minutes at a time, and loopback transfers then cost more.
 set -euo pipefail
@@ -230,7 +230,7 @@ report() {
                     ((($2, $3, $4, "all") in lat) ? lat[$2, $3, $4, "all"] : -1)
                 if (c < 0) next
                 if ($1 == "flexcoll") { cl[$5] = cl[$5] " " c; npair++ }
-                far = c > 2 * lowest
+                far = c > 3 * lowest
                 if ($1 == "flexcoll") nfar += far
                 if (far) { if ($1 == "flexcoll") ff[$5] = ff[$5] " " $col; else fm[$5] = fm[$5] " " $col }
                 else { if ($1 == "flexcoll") nf[$5] = nf[$5] " " $col; else nm[$5] = nm[$5] " " $col }
@@ -269,7 +269,7 @@ report() {
                 printf "flexcoll behind at : %d of %d sizes%s\n", nbehind, ns, behind
                 if (npair > 0) {
                     printf "core-to-core       : lowest round trip %.0f ns; cores far (over %.0f ns) in %d of %d flexcoll results (a size of a run)\n",
-                           lowest, 2 * lowest, nfar, npair
+                           lowest, 3 * lowest, nfar, npair
                     printf "  behind, near     : %s\n", behind_in(nf, nm)
                     printf "  behind, far      : %s\n", behind_in(ff, fm)
                 }
