@@ -25,7 +25,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -46,7 +50,30 @@ typedef struct {
     const char *const *args;     /* after argv[0]; NULL-terminated */
     const char *const *env;      /* "NAME=VALUE" to add; NULL-terminated or NULL */
     const run_step_t *steps;     /* sent in order; NULL or ends with signo 0 */
+    int deny_setaffinity;        /* flxrun and its ranks: sched_setaffinity fails (EPERM) */
 } run_spec_t;
+
+/* In the child before exec: a seccomp filter under which every
+ * sched_setaffinity of this process and its descendants fails with EPERM,
+ * so that flxrun's binding meets a real refusal from the kernel.  0, or -1
+ * where seccomp filters cannot be installed. */
+static int deny_setaffinity(void)
+{
+    struct sock_filter insns[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_sched_setaffinity, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {.len = sizeof(insns) / sizeof(insns[0]), .filter = insns};
+
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        return -1;
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
+}
+
+/* exit code of run_flxrun's child where the filter could not be installed */
+#define NO_SECCOMP_EXIT 125
 
 typedef struct {
     int code;                    /* exit code; 1000+signo if flxrun itself died */
@@ -145,6 +172,10 @@ static void run_flxrun(const run_spec_t *spec, run_result_t *res)
         unsetenv("FLX_SIZE");
         for (i = 0; spec->env != NULL && spec->env[i] != NULL; i++)
             putenv((char *)spec->env[i]);
+        if (spec->deny_setaffinity && deny_setaffinity() != 0) {
+            dprintf(STDERR_FILENO, "check_flxrun: no seccomp filter: %s\n", strerror(errno));
+            _exit(NO_SECCOMP_EXIT);
+        }
         execv(argv[0], (char *const *)argv);
         dprintf(STDERR_FILENO, "check_flxrun: cannot execute %s: %s\n", argv[0],
                 strerror(errno));
@@ -1095,6 +1126,65 @@ START_TEST(test_bind)
 }
 END_TEST
 
+/* A rank the kernel will not bind: one line naming it and its CPUs, exit
+ * 127 (a rank that could not start), nothing run; --bind none, and more
+ * ranks than CPUs (unbound), never ask the kernel and run. */
+START_TEST(test_bind_refused)
+{
+    cpu_set_t mine;
+    char num[16], want[160];
+    const char *bound[] = {"--bind", "core", "-n", "1", "echo", "started", NULL};
+    const char *all[] = {"-n", num, "echo", "started", NULL};
+    const char *none[] = {"--bind", "none", "-n", "1", "echo", "started", NULL};
+    const char *over[] = {"-n", NULL, "echo", "started", NULL};
+    char over_num[16];
+    run_spec_t spec = {.args = bound, .deny_setaffinity = 1};
+    run_result_t r;
+    long c;
+
+    ck_assert_int_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
+    c = CPU_COUNT(&mine);
+    run_flxrun(&spec, &r);
+    if (r.code == NO_SECCOMP_EXIT && strstr(r.err, "check_flxrun: no seccomp filter") != NULL) {
+        fprintf(stderr, "test_bind_refused: skipped: %s", r.err);
+        run_result_free(&r);
+        return;
+    }
+    snprintf(want, sizeof(want), "flxrun: cannot bind rank 0 to CPUs 0-%ld of %ld: %s (--bind none runs unbound)\n",
+             c - 1, c, strerror(EPERM));
+    ck_assert_msg(r.code == 127, "--bind core, setaffinity refused: exit %d, stderr:\n%s", r.code, r.err);
+    ck_assert_msg(strstr(r.err, want) != NULL, "stderr:\n%s\nwanted:\n%s", r.err, want);
+    ck_assert_str_eq(r.out, "");
+    run_result_free(&r);
+
+    /* auto with as many ranks as CPUs (at most 8): every rank refused, the job fails */
+    snprintf(num, sizeof(num), "%ld", c < 8 ? c : 8);
+    spec.args = all;
+    run_flxrun(&spec, &r);
+    ck_assert_msg(r.code == 127, "-n %s, setaffinity refused: exit %d, stderr:\n%s", num, r.code, r.err);
+    ck_assert_msg(strstr(r.err, "flxrun: cannot bind rank ") != NULL, "stderr:\n%s", r.err);
+    ck_assert_msg(strstr(r.out, "started") == NULL, "a rank ran:\n%s", r.out);
+    run_result_free(&r);
+
+    spec.args = none;
+    run_flxrun(&spec, &r);
+    ck_assert_msg(r.code == 0, "--bind none, setaffinity refused: exit %d, stderr:\n%s", r.code, r.err);
+    ck_assert_int_eq(count_substr(r.out, "started"), 1);
+    run_result_free(&r);
+
+    if (c + 1 <= 64) {
+        snprintf(over_num, sizeof(over_num), "%ld", c + 1);
+        over[1] = over_num;
+        spec.args = over;
+        run_flxrun(&spec, &r);
+        ck_assert_msg(r.code == 0, "-n %s > CPUs, setaffinity refused: exit %d, stderr:\n%s", over_num,
+                      r.code, r.err);
+        ck_assert_int_eq(count_substr(r.out, "started"), (int)(c + 1));
+        run_result_free(&r);
+    }
+}
+END_TEST
+
 static Suite *flxrun_suite(void)
 {
     Suite *s = suite_create("flxrun");
@@ -1110,6 +1200,7 @@ static Suite *flxrun_suite(void)
     tcase_add_test(tc_env, test_preset_root_and_secret_kept);
     tcase_add_test(tc_env, test_stdin_is_dev_null);
     tcase_add_test(tc_env, test_bind);
+    tcase_add_test(tc_env, test_bind_refused);
     tcase_add_test(tc_fail, test_rank_failure_stops_others);
     tcase_add_test(tc_fail, test_failure_escalates_to_sigkill);
     tcase_add_test(tc_fail, test_rank_killed_by_signal);
