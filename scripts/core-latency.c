@@ -15,10 +15,10 @@
  *
  *   core-to-core round trip CPU 0 <-> CPU 1: 72 ns (100000 rounds)
  *
- * On a physical machine it is fixed by the topology (two cores of one L3:
- * tens of ns; two sockets: 100-200 ns).  In a virtual machine the host may
- * move the virtual CPUs: on the machine flexcoll is measured on it reads
- * 50-100 ns most of the time and about 350 ns in spells of minutes, and
+ * On a physical machine the topology sets it (more across sockets than
+ * within one).  In a virtual machine the host may move the virtual CPUs: on
+ * the machine flexcoll is measured on it reads 50-110 ns most of the time
+ * and about 320-390 ns in spells of minutes, and
  * loopback TCP between ranks on those two CPUs is slower in those spells
  * (scripts/compare-mpi.sh records it beside every pair of runs).
  *

@@ -123,6 +123,16 @@ if [ "$(nproc)" -ge 2 ]; then
         echo "$out" | grep -q "may use only CPU $cpu: nothing to measure" || fail "core-latency on one CPU: $out"
     fi
 fi
+# a CPU this process may not use (the last a cpu_set_t holds): one line, exit 1, for either side
+last=$(($(getconf _NPROCESSORS_CONF) < 1024 ? 1023 : 0))
+if [ "$last" -gt 0 ]; then
+    for pair in "0 $last" "$last 0"; do
+        # shellcheck disable=SC2086 # the words are the arguments
+        out=$(timeout 20 "$tmp/core-latency" $pair 2>&1)
+        [ $? -eq 1 ] || fail "core-latency $pair: not exit 1: $out"
+        echo "$out" | grep -q "^core-latency: cannot run on CPU $last: " || fail "core-latency $pair: $out"
+    done
+fi
 for bad in "-n 0" "-n x" "-r 1" "0 0" "1" "0 99999"; do
     # shellcheck disable=SC2086 # the words are the arguments
     out=$("$tmp/core-latency" $bad 2>&1)
