@@ -29,6 +29,7 @@ typedef struct {
 static const char *const net_choices[] = {"auto", "tcp", "ib", NULL};
 static const char *const algo_choices[] = {"auto", "ring", "tree", "rd", "hd", NULL};
 static const char *const tcp_sockets_choices[] = {"auto", "1", "2", NULL}; /* index = count */
+static const char *const tcp_lane_choices[] = {"auto", "split", "shared", NULL}; /* FLX_TCP_LANE_* */
 
 #define OFF(f) offsetof(flx_config_t, f)
 #define SZ(f) sizeof(((flx_config_t *)0)->f)
@@ -73,6 +74,13 @@ static const cfg_field_t cfg_table[] = {
      "everything (half the sockets), auto = 2 unless a rank's open-file limit (raised up to its "
      "hard limit) holds only 1; the same on every rank",
      CFG_ENUM, OFF(tcp_sockets), 0, 0, 0, tcp_sockets_choices},
+    {"TCP_LANE", "auto", "tcp, two connections per pair: where the higher rank's messages of 64 KiB "
+     "and up go: split = the second connection (the two directions overlap: faster while the two "
+     "ranks' cores share a cache), shared = the first, with everything else (the directions take "
+     "turns: faster on cores far apart), auto = both measured while running, the faster one "
+     "taken, the other tried now and then; auto and shared give the first connection 4 MiB "
+     "socket buffers when FLX_TCP_SOCKBUF is 0",
+     CFG_ENUM, OFF(tcp_lane), 0, 0, 0, tcp_lane_choices},
     {"CALIBRATE", "yes", "measure alpha and beta when a communicator is created", CFG_BOOL,
      OFF(calibrate), 0, 0, 0, NULL},
     {"ALPHA", "0", "fixed link latency for the cost model (0: measured)", CFG_TIME, OFF(alpha_s), 0,

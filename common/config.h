@@ -26,6 +26,7 @@ typedef struct {
     size_t tcp_sockbuf;         /* FLX_TCP_SOCKBUF, bytes, 0 = kernel */
     double tcp_park_s;          /* FLX_TCP_PARK, 0 = buffer early messages at once */
     int tcp_sockets;            /* FLX_TCP_SOCKETS: connections per pair, 0 auto, 1 or 2 */
+    int tcp_lane;               /* FLX_TCP_LANE: FLX_TCP_LANE_* */
     int calibrate;              /* FLX_CALIBRATE */
     double alpha_s;             /* FLX_ALPHA, 0 = measure */
     double beta;                /* FLX_BETA bytes/s, 0 = measure */
@@ -44,6 +45,7 @@ typedef struct {
 } flx_config_t;
 
 enum { FLX_NET_AUTO = 0, FLX_NET_TCP = 1, FLX_NET_IB = 2 };
+enum { FLX_TCP_LANE_AUTO = 0, FLX_TCP_LANE_SPLIT = 1, FLX_TCP_LANE_SHARED = 2 };
 
 /* Fill cfg with defaults, then overlay the FLX_* environment.  rank is used
  * for the log line only. */

@@ -905,24 +905,29 @@ static int body_lanes(flx_comm_h comm, int rank, int size, void *arg)
     return 0;
 }
 
-/* The tcp backend with one connection per pair, with two, and auto (the
- * default: two where the open-file limit holds them, as here). */
+/* The tcp backend with one connection per pair, with two (the higher
+ * rank's long messages on the second, on the first, or picked per period
+ * while running: FLX_TCP_LANE split, shared, auto), and auto (the default:
+ * two where the open-file limit holds them, as here). */
 START_TEST(test_tcp_sockets)
 {
-    static const char *const socks[] = {"1", "2", "auto"};
+    static const char *const cases[][2] = {
+        {"1", "auto"}, {"2", "split"}, {"2", "shared"}, {"2", "auto"}, {"auto", "auto"}};
     const char *net = getenv("FLX_NET");
     int n = sizes_n[_i];
 
     if (n < 2 || !mp_nranks_wanted(n) || (net && strcmp(net, "ib") == 0))
         return;
-    for (int k = 0; k < 3; k++) {
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         int failed;
-        setenv("FLX_TCP_SOCKETS", socks[k], 1);
+        setenv("FLX_TCP_SOCKETS", cases[k][0], 1);
+        setenv("FLX_TCP_LANE", cases[k][1], 1);
         failed = mp_run(n, body_lanes, NULL, 120, NULL);
-        ck_assert_msg(failed == 0, "FLX_TCP_SOCKETS=%s: %d of %d ranks failed", socks[k], failed,
-                      n);
+        ck_assert_msg(failed == 0, "FLX_TCP_SOCKETS=%s FLX_TCP_LANE=%s: %d of %d ranks failed",
+                      cases[k][0], cases[k][1], failed, n);
     }
     unsetenv("FLX_TCP_SOCKETS");
+    unsetenv("FLX_TCP_LANE");
 }
 END_TEST
 

@@ -12,6 +12,7 @@
 #include <check.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,19 +302,34 @@ START_TEST(test_load_overrides)
 }
 END_TEST
 
-/* FLX_TCP_SOCKETS: auto, 1 or 2, stored as the count (0 for auto) */
-START_TEST(test_load_tcp_sockets)
+/* The tcp backend's enumerated knobs, each value as it is stored:
+ * FLX_TCP_SOCKETS as the count (0 for auto), FLX_TCP_LANE as FLX_TCP_LANE_*
+ * (auto when unset; choices are case-blind). */
+START_TEST(test_load_tcp_enums)
 {
-    static const struct { const char *value; int count; } cases[] = {
-        {"auto", 0}, {"1", 1}, {"2", 2}};
+    static const struct { const char *name, *value; size_t off; int want; } cases[] = {
+        {"FLX_TCP_SOCKETS", "auto", offsetof(flx_config_t, tcp_sockets), 0},
+        {"FLX_TCP_SOCKETS", "1", offsetof(flx_config_t, tcp_sockets), 1},
+        {"FLX_TCP_SOCKETS", "2", offsetof(flx_config_t, tcp_sockets), 2},
+        {"FLX_TCP_LANE", NULL, offsetof(flx_config_t, tcp_lane), FLX_TCP_LANE_AUTO},
+        {"FLX_TCP_LANE", "auto", offsetof(flx_config_t, tcp_lane), FLX_TCP_LANE_AUTO},
+        {"FLX_TCP_LANE", "split", offsetof(flx_config_t, tcp_lane), FLX_TCP_LANE_SPLIT},
+        {"FLX_TCP_LANE", "shared", offsetof(flx_config_t, tcp_lane), FLX_TCP_LANE_SHARED},
+        {"FLX_TCP_LANE", "SHARED", offsetof(flx_config_t, tcp_lane), FLX_TCP_LANE_SHARED}};
     flx_config_t cfg;
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        setenv("FLX_TCP_SOCKETS", cases[i].value, 1);
+        int got;
+        if (cases[i].value)
+            setenv(cases[i].name, cases[i].value, 1);
+        else
+            unsetenv(cases[i].name);
         ck_assert_int_eq(flx_config_load(&cfg), FLX_OK);
-        ck_assert_int_eq(cfg.tcp_sockets, cases[i].count);
+        memcpy(&got, (const char *)&cfg + cases[i].off, sizeof(got));
+        ck_assert_msg(got == cases[i].want, "%s=%s: %d, expected %d", cases[i].name,
+                      cases[i].value ? cases[i].value : "(unset)", got, cases[i].want);
+        unsetenv(cases[i].name);
     }
-    unsetenv("FLX_TCP_SOCKETS");
 }
 END_TEST
 
@@ -330,7 +346,8 @@ START_TEST(test_load_malformed)
         {"FLX_HANDSHAKE_TIMEOUT", "5h"}, {"FLX_CONNECT_TIMEOUT", "x"}, {"FLX_ALPHA", "fast"},
         {"FLX_BETA", "10Gbit"},       {"FLX_TCP_SOCKBUF", "4x"},    {"FLX_TCP_PARK", "soon"},
         {"FLX_TCP_PARK", "-5ms"},      {"FLX_TCP_PARK", "2s"},       {"FLX_TCP_SOCKETS", "3"},
-        {"FLX_TCP_SOCKETS", "0"},      {"FLX_TCP_SOCKETS", "two"},
+        {"FLX_TCP_SOCKETS", "0"},      {"FLX_TCP_SOCKETS", "two"},   {"FLX_TCP_LANE", "both"},
+        {"FLX_TCP_LANE", ""},
         {"FLX_IB_EAGER", "2m"},       {"FLX_IB_STAGE_SIZE", "128m"}, {"FLX_IB_STAGE_SLOTS", "-1"},
         {"FLX_IB_STAGE_SLOTS", "4097"},
         /* zero where zero makes no sense, and values that overflow to Inf */
@@ -573,7 +590,7 @@ static Suite *config_suite(void)
     tcase_add_checked_fixture(tl, setup, teardown);
     tcase_add_test(tl, test_load_defaults);
     tcase_add_test(tl, test_load_overrides);
-    tcase_add_test(tl, test_load_tcp_sockets);
+    tcase_add_test(tl, test_load_tcp_enums);
     tcase_add_test(tl, test_load_malformed);
     tcase_add_test(tl, test_config_set);
     tcase_add_test(tl, test_config_print);

@@ -1,5 +1,7 @@
 /* check_topo.c -- unit tests of the pure topology functions
- * (collectives/topo.h) and of the alpha-beta cost model (collectives/coll.h).
+ * (collectives/topo.h), of the alpha-beta cost model (collectives/coll.h)
+ * and of the tcp backend's choice of connection for the higher rank's long
+ * messages (transport/tcp/lane.h).
  *
  * Every structural property is checked against an independent reference:
  * the tree relations are re-derived by walking the children lists the
@@ -7,6 +9,7 @@
  * in model.c's header comment. */
 #include "collectives/coll.h"
 #include "collectives/topo.h"
+#include "transport/tcp/lane.h"
 
 #include <check.h>
 #include <limits.h>
@@ -941,11 +944,139 @@ START_TEST(test_model_bcast)
 }
 END_TEST
 
+
+/* ---- the tcp backend's lane (transport/tcp/lane.h) ---------------------------- */
+
+START_TEST(test_lane_bucket)
+{
+    static const struct { uint64_t len; int bucket; } cases[] = {
+        {(uint64_t)64 << 10, 0},  {((uint64_t)128 << 10) - 1, 0}, {(uint64_t)128 << 10, 1},
+        {(uint64_t)1 << 20, 4},   {((uint64_t)32 << 20) + 5, 9},   {(uint64_t)1 << 39, 23},
+        {(uint64_t)1 << 45, 23},  {UINT64_MAX, 23}};
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        ck_assert_msg(tcp_lane_bucket(cases[i].len) == cases[i].bucket,
+                      "bucket of %llu: %d, expected %d", (unsigned long long)cases[i].len,
+                      tcp_lane_bucket(cases[i].len), cases[i].bucket);
+}
+END_TEST
+
+/* Estimates: the first period of a class is dropped, then the first of a
+ * lane is taken whole, the taken lane's later ones are averaged (half
+ * weight), a tried lane's replace what it had, empty periods count not. */
+START_TEST(test_lane_note)
+{
+    static tcp_lane_t l;
+    const int b = 9;
+
+    memset(&l, 0, sizeof(l));
+    tcp_lane_note(&l, b, TCP_LANE_SPLIT, 0.010, 10000000); /* warm-up: dropped */
+    ck_assert(l.cost[b][TCP_LANE_SPLIT] == 0 && l.used[TCP_LANE_SPLIT] == 0);
+    tcp_lane_note(&l, b, TCP_LANE_SPLIT, 0.010, 10000000);
+    ck_assert_double_eq_tol(l.cost[b][TCP_LANE_SPLIT], 1e-9, 1e-15);
+    tcp_lane_note(&l, b, TCP_LANE_SPLIT, 0.020, 10000000); /* shared unmeasured: replaced */
+    ck_assert_double_eq_tol(l.cost[b][TCP_LANE_SPLIT], 2e-9, 1e-15);
+    tcp_lane_note(&l, b, TCP_LANE_SHARED, 0.030, 10000000);
+    ck_assert_double_eq_tol(l.cost[b][TCP_LANE_SHARED], 3e-9, 1e-15);
+    tcp_lane_note(&l, b, TCP_LANE_SPLIT, 0.010, 10000000); /* split is taken: averaged */
+    ck_assert_double_eq_tol(l.cost[b][TCP_LANE_SPLIT], 1.5e-9, 1e-15);
+    tcp_lane_note(&l, b, TCP_LANE_SHARED, 0.012, 10000000); /* tried: replaced */
+    ck_assert_double_eq_tol(l.cost[b][TCP_LANE_SHARED], 1.2e-9, 1e-15);
+    /* 1.2 < 0.9 * 1.5: shared is taken now, its next one averaged */
+    ck_assert_int_eq(tcp_lane_pick(&l, b), TCP_LANE_SHARED);
+    tcp_lane_note(&l, b, TCP_LANE_SHARED, 0.010, 10000000);
+    ck_assert_double_eq_tol(l.cost[b][TCP_LANE_SHARED], 1.1e-9, 1e-15);
+    tcp_lane_note(&l, b, TCP_LANE_SHARED, 0.0, 10000000);
+    tcp_lane_note(&l, b, TCP_LANE_SHARED, -1.0, 10000000);
+    tcp_lane_note(&l, b, TCP_LANE_SHARED, 0.010, 0);
+    ck_assert_double_eq_tol(l.cost[b][TCP_LANE_SHARED], 1.1e-9, 1e-15);
+    ck_assert_int_eq(l.used[TCP_LANE_SPLIT], 3);
+    ck_assert_int_eq(l.used[TCP_LANE_SHARED], 3);
+    /* another class is cold */
+    ck_assert(l.cost[b + 1][TCP_LANE_SPLIT] == 0 && l.cost[b + 1][TCP_LANE_SHARED] == 0);
+}
+END_TEST
+
+/* The pick for set costs and every point of the exploration clock. */
+START_TEST(test_lane_pick)
+{
+    static tcp_lane_t l;
+    const int b = 4;
+    unsigned long tried;
+
+    memset(&l, 0, sizeof(l));
+    ck_assert_int_eq(tcp_lane_pick(&l, b), TCP_LANE_SPLIT); /* nothing measured */
+    l.cost[b][TCP_LANE_SPLIT] = 1e-9;
+    ck_assert_int_eq(tcp_lane_pick(&l, b), TCP_LANE_SHARED); /* shared unmeasured */
+    /* split cheaper, by a little (under TCP_LANE_CLEAR): shared every 16th */
+    l.cost[b][TCP_LANE_SHARED] = 1.2e-9;
+    tried = 0;
+    for (l.count = 0; l.count < 160; l.count++) {
+        int lane = tcp_lane_pick(&l, b);
+        tried += lane == TCP_LANE_SHARED;
+        ck_assert_int_eq(lane, l.count % 16 == 15 ? TCP_LANE_SHARED : TCP_LANE_SPLIT);
+    }
+    ck_assert_int_eq(tried, 10);
+    /* shared cheaper but not by TCP_LANE_FAVOR: split stays */
+    l.cost[b][TCP_LANE_SHARED] = 0.95e-9;
+    l.count = 0;
+    ck_assert_int_eq(tcp_lane_pick(&l, b), TCP_LANE_SPLIT);
+    /* shared clearly cheaper (1/0.8 = 1.25, under TCP_LANE_CLEAR): split every 16th */
+    l.cost[b][TCP_LANE_SHARED] = 0.8e-9;
+    for (l.count = 0; l.count < 64; l.count++)
+        ck_assert_int_eq(tcp_lane_pick(&l, b),
+                         l.count % 16 == 15 ? TCP_LANE_SPLIT : TCP_LANE_SHARED);
+    /* a gap over TCP_LANE_CLEAR: the other lane every 32nd only */
+    l.cost[b][TCP_LANE_SHARED] = 0.5e-9;
+    for (l.count = 0; l.count < 64; l.count++)
+        ck_assert_int_eq(tcp_lane_pick(&l, b),
+                         l.count % 32 == 31 ? TCP_LANE_SPLIT : TCP_LANE_SHARED);
+    l.cost[b][TCP_LANE_SHARED] = 2e-9;
+    for (l.count = 0; l.count < 64; l.count++)
+        ck_assert_int_eq(tcp_lane_pick(&l, b),
+                         l.count % 32 == 31 ? TCP_LANE_SHARED : TCP_LANE_SPLIT);
+}
+END_TEST
+
+/* The placement changes under a running job (as measured: with the cores
+ * near split costs 1.0 and shared 1.17, far apart 1.7 and 1.2): the pick
+ * follows within a few periods each way, and the wrong lane is tried at
+ * most every 16th period in between.  Periods run as tcp.c runs them:
+ * pick, count, note. */
+START_TEST(test_lane_follows_placement)
+{
+    static tcp_lane_t l;
+    static const double cost[3][2] = {{1.0, 1.17}, {1.7, 1.2}, {1.0, 1.17}};
+    const uint64_t bytes = (uint64_t)32 << 20;
+    const int b = tcp_lane_bucket(bytes);
+
+    memset(&l, 0, sizeof(l));
+    for (int phase = 0; phase < 3; phase++) {
+        int best = phase == 1 ? TCP_LANE_SHARED : TCP_LANE_SPLIT, settled = -1;
+        unsigned long wrong = 0;
+        for (int i = 0; i < 400; i++) {
+            int lane = tcp_lane_pick(&l, b);
+            l.count++;
+            tcp_lane_note(&l, b, lane, cost[phase][lane] * 1e-9 * (double)bytes, bytes);
+            if (settled < 0 && lane == best && i > 0 && tcp_lane_pick(&l, b) == best)
+                settled = i;
+            if (settled >= 0)
+                wrong += lane != best;
+        }
+        ck_assert_msg(settled >= 0 && settled <= (phase == 0 ? 4 : 40),
+                      "phase %d: settled on the right lane after %d periods", phase, settled);
+        ck_assert_msg(wrong <= 400 / 16 + 1, "phase %d: %lu periods on the wrong lane after "
+                      "settling", phase, wrong);
+    }
+}
+END_TEST
+
 static Suite *topo_suite(void)
 {
     Suite *s = suite_create("topo");
     TCase *tc = tcase_create("topology");
     TCase *tm = tcase_create("model");
+    TCase *tl = tcase_create("tcp lane");
 
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_mod_table);
@@ -973,9 +1104,14 @@ static Suite *topo_suite(void)
     tcase_add_test(tm, test_model_explore);
     tcase_add_test(tm, test_model_monotonic);
     tcase_add_test(tm, test_model_allgather);
+    tcase_add_test(tl, test_lane_bucket);
+    tcase_add_test(tl, test_lane_note);
+    tcase_add_test(tl, test_lane_pick);
+    tcase_add_test(tl, test_lane_follows_placement);
     tcase_add_test(tm, test_model_allgather_fit);
     tcase_add_test(tm, test_model_bcast);
     suite_add_tcase(s, tm);
+    suite_add_tcase(s, tl);
     return s;
 }
 

@@ -47,7 +47,25 @@ FLX_TCP_SOCKETS=1 "$top/flx-info" | grep -q "^# transports: tcp (1 connection pe
     fail "flx-info does not follow FLX_TCP_SOCKETS=1"
 FLX_TCP_SOCKETS=2 "$top/flx-info" | grep -q "^# transports: tcp (2 connections per pair of ranks, FLX" ||
     fail "flx-info does not follow FLX_TCP_SOCKETS=2"
-for knob in FLX_TIMEOUT FLX_ALGO FLX_JOB_SECRET FLX_ROOT FLX_CHUNK_SIZE FLX_LOG_LEVEL FLX_TCP_SOCKETS; do
+"$top/flx-info" | grep -q "long messages on the faster of the two, measured per pair while running, FLX_TCP_LANE=auto)" ||
+    fail "flx-info does not say what FLX_TCP_LANE=auto does"
+FLX_TCP_LANE=shared "$top/flx-info" | grep -q "long messages on the first, FLX_TCP_LANE=shared)" ||
+    fail "flx-info does not follow FLX_TCP_LANE=shared"
+FLX_TCP_SOCKETS=1 FLX_TCP_LANE=shared "$top/flx-info" | grep -q "FLX_TCP_LANE" &&
+    fail "flx-info names FLX_TCP_LANE with one connection per pair"
+# FLX_TCP_LANE=auto: the higher rank of a pair measures both connections for its long messages
+# (each tried within the first periods, then the other now and then), and says so at debug level
+out=$(FLX_LOG_LEVEL=debug FLX_LOG_SUBSYS=net "$top/flxrun" -n 2 "$top/flx-allgather-perf" \
+    -b 4M -e 4M -n 40 -w 2 2>&1) || fail "flx-allgather-perf for the lanes: $out"
+echo "$out" | sed -n 's/.*long messages to rank 0 (FLX_TCP_LANE=auto): \([0-9]*\) periods measured on the second connection, \([0-9]*\) on the first;.*/\1 \2/p' |
+    awk '{ found = 1; ok = $1 >= 2 && $2 >= 2 && $1 + $2 >= 40 } END { exit !(found && ok) }' ||
+    fail "FLX_TCP_LANE=auto: rank 1 did not measure both connections over 40 periods: $(echo "$out" | grep periods)"
+echo "$out" | grep "long messages to rank 0" | grep -q " 4M [0-9.]*/[0-9.]*" ||
+    fail "FLX_TCP_LANE=auto: no estimate for the 4-8 MiB class: $(echo "$out" | grep periods)"
+out=$(FLX_TCP_LANE=split FLX_LOG_LEVEL=debug FLX_LOG_SUBSYS=net "$top/flxrun" -n 2 \
+    "$top/flx-allgather-perf" -b 4M -e 4M -n 4 2>&1) || fail "flx-allgather-perf, split: $out"
+echo "$out" | grep -q "periods" && fail "FLX_TCP_LANE=split measured lanes: $(echo "$out" | grep periods)"
+for knob in FLX_TIMEOUT FLX_ALGO FLX_JOB_SECRET FLX_ROOT FLX_CHUNK_SIZE FLX_LOG_LEVEL FLX_TCP_SOCKETS FLX_TCP_LANE; do
     "$top/flx-info" -c | grep -q "^$knob=" || fail "flx-info -c does not list $knob"
 done
 FLX_TIMEOUT=never "$top/flx-info" -c >/dev/null 2>&1 && fail "flx-info accepted FLX_TIMEOUT=never"

@@ -202,11 +202,18 @@ int main(int argc, char **argv)
     }
     printf("# flexcoll %s\n", flx_version_string());
     printf("# build features: %s\n", flx_build_features());
-    printf("# transports: tcp (%s, FLX_TCP_SOCKETS)%s\n",
+    printf("# transports: tcp (%s, FLX_TCP_SOCKETS%s)%s\n",
            cfg.tcp_sockets == 0 ? "2 connections per pair of ranks, 1 where a rank's open-file "
                                   "limit holds only 1"
            : cfg.tcp_sockets == 1 ? "1 connection per pair of ranks"
                                   : "2 connections per pair of ranks",
+           cfg.tcp_sockets == 1 ? ""
+           : cfg.tcp_lane == FLX_TCP_LANE_SPLIT
+               ? "; the higher rank's long messages on the second, FLX_TCP_LANE=split"
+           : cfg.tcp_lane == FLX_TCP_LANE_SHARED
+               ? "; the higher rank's long messages on the first, FLX_TCP_LANE=shared"
+               : "; the higher rank's long messages on the faster of the two, measured per pair "
+                 "while running, FLX_TCP_LANE=auto",
            strstr(flx_build_features(), "verbs") ? ", ib" : "");
     printf("# collectives: allreduce (ring, tree, rd, hd), allgather (ring, rd/Bruck), broadcast "
            "(binomial, chain), reduce_scatter (ring), barrier (dissemination)\n");

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -177,6 +178,83 @@ static flx_status_t req_doomed(tl_ctx_t *ctx, tcp_conn_t *c, const tl_tag_t *tag
 
 static flx_status_t tcp_error(tl_ctx_t *ctx) { return ctx->err; }
 
+/* ---- the higher rank's lane (lane.h) ------------------------------------------ */
+
+/* Is a long message to or from the peer of c under way: queued or being
+ * sent, posted or being received, or parked? */
+static int lane_busy(const tcp_conn_t *c)
+{
+    for (const tl_req_t *r = c->sq_head; r; r = r->next)
+        if (r->len >= TCP_SPLIT_MIN)
+            return 1;
+    for (const tl_req_t *r = c->posted_head; r; r = r->next)
+        if (r->len >= TCP_SPLIT_MIN)
+            return 1;
+    return c->parked || ((c->rreq || c->runexp) && c->rhdr.len >= TCP_SPLIT_MIN);
+}
+
+/* A long message begins on c (posted, queued or arriving): a period
+ * begins unless one runs, and the lane of the higher rank's long
+ * messages is picked for it, by the size class of the last period (a
+ * job mostly repeats its sizes; the first period: its first message's). */
+static void lane_begin(tcp_conn_t *c, uint64_t len)
+{
+    tcp_lane_t *l = &c->lane;
+
+    if (!c->lane_auto || l->t0 > 0)
+        return;
+    l->t0 = flx_time_now();
+    l->bytes = 0;
+    if (l->count == 0)
+        l->bucket = tcp_lane_bucket(len);
+    l->lane = tcp_lane_pick(l, l->bucket);
+    l->count++;
+    c->wfd_long = l->lane == TCP_LANE_SHARED ? c->sock[0] : c->sock[1];
+}
+
+/* A long message of len bytes finished on c: the period ends when no
+ * other long one is under way, and counts for the size class of all the
+ * bytes it moved. */
+static void lane_done(tcp_conn_t *c, uint64_t len)
+{
+    tcp_lane_t *l = &c->lane;
+
+    if (!c->lane_auto || l->t0 == 0)
+        return;
+    l->bytes += len;
+    if (lane_busy(c))
+        return;
+    l->bucket = tcp_lane_bucket(l->bytes);
+    tcp_lane_note(l, l->bucket, l->lane, flx_time_now() - l->t0, l->bytes);
+    l->t0 = 0;
+}
+
+/* At debug level, what the higher rank measured on c: periods on each
+ * lane and the estimates (ns per byte) of each size class. */
+static void lane_report(tl_ctx_t *ctx, const tcp_conn_t *c)
+{
+    const tcp_lane_t *l = &c->lane;
+    char classes[TCP_LANE_BUCKETS * 32] = "";
+    size_t n = 0;
+
+    if (!c->lane_auto || l->count == 0 || !flx_log_enabled(FLX_LOG_DEBUG, FLX_SUBSYS_NET))
+        return;
+    for (int b = 0; b < TCP_LANE_BUCKETS && n < sizeof(classes); b++) {
+        const double *cost = l->cost[b];
+        unsigned long long from = (unsigned long long)1 << (b + 16);
+        if (cost[TCP_LANE_SPLIT] == 0 && cost[TCP_LANE_SHARED] == 0)
+            continue;
+        n += (size_t)snprintf(classes + n, sizeof(classes) - n, " %llu%c %.3f/%.3f",
+                              from >> (from >= (1ull << 30) ? 30 : from >= (1ull << 20) ? 20 : 10),
+                              from >= (1ull << 30) ? 'G' : from >= (1ull << 20) ? 'M' : 'K',
+                              cost[TCP_LANE_SPLIT] * 1e9, cost[TCP_LANE_SHARED] * 1e9);
+    }
+    flx_debug(NET, ctx->rank, "tcp: long messages to rank %d (FLX_TCP_LANE=auto): %lu periods "
+              "measured on the second connection, %lu on the first; ns per byte on "
+              "second/first by size class:%s", c->peer, l->used[TCP_LANE_SPLIT],
+              l->used[TCP_LANE_SHARED], classes[0] ? classes : " none");
+}
+
 /* ---- sending ------------------------------------------------------------- */
 
 static int conn_recv_progress(tl_ctx_t *ctx, tcp_conn_t *c);
@@ -277,6 +355,8 @@ static int conn_send_progress(tl_ctx_t *ctx, tcp_conn_t *c)
         if (c->sq_head == NULL)
             c->sq_tail = NULL;
         req_finish(r, FLX_OK);
+        if (r->len >= TCP_SPLIT_MIN)
+            lane_done(c, r->len);
     }
     return 0;
 }
@@ -313,6 +393,8 @@ static flx_status_t tcp_isend(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, cons
     else
         c->sq_head = req;
     c->sq_tail = req;
+    if (len >= TCP_SPLIT_MIN)
+        lane_begin(c, len);
     if (c->sq_head == req)
         conn_send_progress(ctx, c); /* eager: most small messages leave here */
     return FLX_OK;
@@ -451,6 +533,8 @@ static flx_status_t tcp_irecv(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, void
     else
         c->posted_head = req;
     c->posted_tail = req;
+    if (len >= TCP_SPLIT_MIN)
+        lane_begin(c, len);
     if (c->parked) { /* its payload goes here, or (not ours) into a buffer */
         park_leave(ctx, c);
         if (conn_route_data(ctx, c, 0) != 0)
@@ -509,6 +593,8 @@ static int conn_dispatch_header(tl_ctx_t *ctx, tcp_conn_t *c)
         conn_fail_sends(c, st);
         return 0;
     }
+    if (h->len >= TCP_SPLIT_MIN)
+        lane_begin(c, h->len);
     return conn_route_data(ctx, c, 1);
 }
 
@@ -589,6 +675,8 @@ static int conn_route_data(tl_ctx_t *ctx, tcp_conn_t *c, int may_park)
 /* The payload of the current message is complete. */
 static void conn_payload_done(tcp_conn_t *c)
 {
+    uint64_t len = c->rhdr.len;
+
     if (c->rreq) {
         req_finish(c->rreq, FLX_OK);
         c->rreq = NULL;
@@ -605,6 +693,8 @@ static void conn_payload_done(tcp_conn_t *c)
         }
     }
     c->rhdr_got = 0;
+    if (len >= TCP_SPLIT_MIN)
+        lane_done(c, len);
 }
 
 /* Room for the next bytes of the unexpected message being received: the
@@ -961,11 +1051,16 @@ static flx_status_t tcp_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t *
                 sock_set_bufsize(c->sock[i], cfg->tcp_sockbuf);
             }
         }
+        /* where both directions' long messages may pass (lane.h) */
+        if (c->sock[1] >= 0 && cfg->tcp_sockbuf == 0 && cfg->tcp_lane != FLX_TCP_LANE_SPLIT)
+            sock_set_bufsize(c->sock[0], TCP_LANE_SHARED_BUF);
         /* the peer's messages come on the first until it switches */
         c->fd = c->wfd = c->wfd_long = c->sock[0];
         c->fd_alt = c->sock[1];
-        if (c->sock[1] >= 0 && boot->rank > p) /* the higher rank's long ones: the second */
-            c->wfd_long = c->sock[1];
+        if (c->sock[1] >= 0 && boot->rank > p) { /* the higher rank's long ones: the second */
+            c->wfd_long = cfg->tcp_lane == FLX_TCP_LANE_SHARED ? c->sock[0] : c->sock[1];
+            c->lane_auto = cfg->tcp_lane == FLX_TCP_LANE_AUTO;
+        }
     }
     *ctx_p = ctx;
     return FLX_OK;
@@ -985,6 +1080,8 @@ static void tcp_destroy(tl_ctx_t *ctx)
         flx_debug(NET, ctx->rank, "tcp: %lu early messages were parked, then buffered before "
                   "their receive came (FLX_TCP_PARK %g ms ran out, or the peer closed)",
                   ctx->park_buffered, ctx->cfg.tcp_park_s * 1e3);
+    for (int p = 0; p < ctx->size; p++)
+        lane_report(ctx, &ctx->conns[p]);
     hdr_from_tag(&bye, TCP_MSG_BYE, NULL, 0);
     for (int p = 0; p < ctx->size; p++) {
         tcp_conn_t *c = &ctx->conns[p];

@@ -29,6 +29,7 @@
 #define FLX_TRANSPORT_TCP_H
 
 #include "transport/tl.h"
+#include "transport/tcp/lane.h"
 
 #define TCP_MAGIC 0x464c5844u /* "FLXD" */
 
@@ -88,6 +89,8 @@ typedef struct {
     size_t ra_off, ra_len;    /* [ra_off, ra_len) unused                */
     char *ra_alt;             /* fd_alt's: what was read past a SWITCH  */
     size_t ra_off_alt, ra_len_alt; /* waits there for the switch back  */
+    int lane_auto;            /* this rank picks wfd_long per period     */
+    tcp_lane_t lane;          /* (the higher rank, FLX_TCP_LANE=auto)    */
 } tcp_conn_t;
 
 /* Headers and short payloads are read TCP_READAHEAD bytes at a time into a
