@@ -321,6 +321,8 @@ static int conn_send_progress(tl_ctx_t *ctx, tcp_conn_t *c)
         int n = 0;
         ssize_t w;
 
+        if (c->switch_sent > 0) /* a SWITCH partly written: it must lead there */
+            to = c->wfd == c->sock[0] ? c->sock[1] : c->sock[0];
         if (r->done_bytes == 0 && to != c->wfd) {
             int sw = conn_switch(ctx, c, to);
             if (sw <= 0)
