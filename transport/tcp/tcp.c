@@ -318,6 +318,7 @@ static int conn_send_progress(tl_ctx_t *ctx, tcp_conn_t *c)
         size_t total = hlen + r->len;
         int to = r->len >= TCP_SPLIT_MIN ? c->wfd_long : c->sock[0];
         struct iovec iov[2];
+        size_t len;
         int n = 0;
         ssize_t w;
 
@@ -356,9 +357,10 @@ static int conn_send_progress(tl_ctx_t *ctx, tcp_conn_t *c)
         c->sq_head = r->next;
         if (c->sq_head == NULL)
             c->sq_tail = NULL;
+        len = r->len; /* r is its owner's once finished */
         req_finish(r, FLX_OK);
-        if (r->len >= TCP_SPLIT_MIN)
-            lane_done(c, r->len);
+        if (len >= TCP_SPLIT_MIN)
+            lane_done(c, len);
     }
     return 0;
 }
@@ -1059,7 +1061,8 @@ static flx_status_t tcp_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t *
         /* the peer's messages come on the first until it switches */
         c->fd = c->wfd = c->wfd_long = c->sock[0];
         c->fd_alt = c->sock[1];
-        if (c->sock[1] >= 0 && boot->rank > p) { /* the higher rank's long ones: the second */
+        if (c->sock[1] >= 0 && boot->rank > p) { /* the higher rank's long ones: the second,
+                                                   * the first, or picked per period (lane.h) */
             c->wfd_long = cfg->tcp_lane == FLX_TCP_LANE_SHARED ? c->sock[0] : c->sock[1];
             c->lane_auto = cfg->tcp_lane == FLX_TCP_LANE_AUTO;
         }
