@@ -952,6 +952,7 @@ START_TEST(test_lane_bucket)
     static const struct { uint64_t len; int bucket; } cases[] = {
         {(uint64_t)64 << 10, 0},  {((uint64_t)128 << 10) - 1, 0}, {(uint64_t)128 << 10, 1},
         {(uint64_t)1 << 20, 4},   {((uint64_t)32 << 20) + 5, 9},   {(uint64_t)1 << 39, 23},
+        {0, 0},                   {(uint64_t)64 << 10 >> 1, 0}, /* never asked: short */
         {(uint64_t)1 << 45, 23},  {UINT64_MAX, 23}};
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
@@ -1011,30 +1012,39 @@ START_TEST(test_lane_pick)
     /* split cheaper, by a little (under TCP_LANE_CLEAR): shared every 16th */
     l.cost[b][TCP_LANE_SHARED] = 1.2e-9;
     tried = 0;
-    for (l.count = 0; l.count < 160; l.count++) {
+    for (l.count[b] = 0; l.count[b] < 160; l.count[b]++) {
         int lane = tcp_lane_pick(&l, b);
         tried += lane == TCP_LANE_SHARED;
-        ck_assert_int_eq(lane, l.count % 16 == 15 ? TCP_LANE_SHARED : TCP_LANE_SPLIT);
+        ck_assert_int_eq(lane, l.count[b] % 16 == 15 ? TCP_LANE_SHARED : TCP_LANE_SPLIT);
     }
     ck_assert_int_eq(tried, 10);
     /* shared cheaper but not by TCP_LANE_FAVOR: split stays */
     l.cost[b][TCP_LANE_SHARED] = 0.95e-9;
-    l.count = 0;
-    ck_assert_int_eq(tcp_lane_pick(&l, b), TCP_LANE_SPLIT);
+    for (l.count[b] = 0; l.count[b] < 64; l.count[b]++)
+        ck_assert_int_eq(tcp_lane_pick(&l, b),
+                         l.count[b] % 16 == 15 ? TCP_LANE_SHARED : TCP_LANE_SPLIT);
     /* shared clearly cheaper (1/0.8 = 1.25, under TCP_LANE_CLEAR): split every 16th */
     l.cost[b][TCP_LANE_SHARED] = 0.8e-9;
-    for (l.count = 0; l.count < 64; l.count++)
+    for (l.count[b] = 0; l.count[b] < 64; l.count[b]++)
         ck_assert_int_eq(tcp_lane_pick(&l, b),
-                         l.count % 16 == 15 ? TCP_LANE_SPLIT : TCP_LANE_SHARED);
+                         l.count[b] % 16 == 15 ? TCP_LANE_SPLIT : TCP_LANE_SHARED);
     /* a gap over TCP_LANE_CLEAR: the other lane every 32nd only */
     l.cost[b][TCP_LANE_SHARED] = 0.5e-9;
-    for (l.count = 0; l.count < 64; l.count++)
+    for (l.count[b] = 0; l.count[b] < 64; l.count[b]++)
         ck_assert_int_eq(tcp_lane_pick(&l, b),
-                         l.count % 32 == 31 ? TCP_LANE_SPLIT : TCP_LANE_SHARED);
+                         l.count[b] % 32 == 31 ? TCP_LANE_SPLIT : TCP_LANE_SHARED);
     l.cost[b][TCP_LANE_SHARED] = 2e-9;
-    for (l.count = 0; l.count < 64; l.count++)
+    for (l.count[b] = 0; l.count[b] < 64; l.count[b]++)
         ck_assert_int_eq(tcp_lane_pick(&l, b),
-                         l.count % 32 == 31 ? TCP_LANE_SHARED : TCP_LANE_SPLIT);
+                         l.count[b] % 32 == 31 ? TCP_LANE_SHARED : TCP_LANE_SPLIT);
+    /* another class's clock is its own */
+    l.count[b] = 15;
+    l.count[b + 1] = 0;
+    l.cost[b + 1][TCP_LANE_SPLIT] = 1e-9;
+    l.cost[b + 1][TCP_LANE_SHARED] = 1.2e-9;
+    ck_assert_int_eq(tcp_lane_pick(&l, b + 1), TCP_LANE_SPLIT);
+    l.count[b + 1] = 15;
+    ck_assert_int_eq(tcp_lane_pick(&l, b + 1), TCP_LANE_SHARED);
 }
 END_TEST
 
@@ -1056,7 +1066,7 @@ START_TEST(test_lane_follows_placement)
         unsigned long wrong = 0;
         for (int i = 0; i < 400; i++) {
             int lane = tcp_lane_pick(&l, b);
-            l.count++;
+            l.count[b]++;
             tcp_lane_note(&l, b, lane, cost[phase][lane] * 1e-9 * (double)bytes, bytes);
             if (settled < 0 && lane == best && i > 0 && tcp_lane_pick(&l, b) == best)
                 settled = i;
@@ -1068,6 +1078,33 @@ START_TEST(test_lane_follows_placement)
         ck_assert_msg(wrong <= 400 / 16 + 1, "phase %d: %lu periods on the wrong lane after "
                       "settling", phase, wrong);
     }
+}
+END_TEST
+
+/* Two size classes in turn (a large allgather and a 1 MiB broadcast each
+ * step, say) whose costs favour opposite lanes: each settles on its own,
+ * and each still tries the other (its own exploration clock: one shared
+ * clock would fall on the same class every time). */
+START_TEST(test_lane_classes_interleaved)
+{
+    static tcp_lane_t l;
+    const int a = tcp_lane_bucket((uint64_t)512 << 10), b = tcp_lane_bucket((uint64_t)1 << 20);
+    static const double cost[2][2] = {{1.0, 1.4}, {1.5, 1.0}}; /* a: split, b: shared */
+    unsigned long other[2] = {0, 0};
+
+    ck_assert_int_ne(a, b);
+    memset(&l, 0, sizeof(l));
+    for (int i = 0; i < 640; i++) {
+        int k = i % 2, bucket = k ? b : a, lane = tcp_lane_pick(&l, bucket);
+        int best = k ? TCP_LANE_SHARED : TCP_LANE_SPLIT;
+        l.count[bucket]++;
+        tcp_lane_note(&l, bucket, lane, cost[k][lane] * 1e-3, 1000000);
+        if (i >= 16) /* each class has had its warm-up and both lanes */
+            other[k] += lane != best;
+    }
+    for (int k = 0; k < 2; k++) /* 312 periods each: the other lane every 32nd (a clear gap) */
+        ck_assert_msg(other[k] == 312 / 32 + 1, "class %d: %lu of 312 periods on the other "
+                      "lane, expected 10", k, other[k]);
 }
 END_TEST
 
@@ -1104,13 +1141,16 @@ static Suite *topo_suite(void)
     tcase_add_test(tm, test_model_explore);
     tcase_add_test(tm, test_model_monotonic);
     tcase_add_test(tm, test_model_allgather);
+    tcase_add_test(tm, test_model_allgather_fit);
+    tcase_add_test(tm, test_model_bcast);
+    suite_add_tcase(s, tm);
+
+    tcase_set_timeout(tl, 30);
     tcase_add_test(tl, test_lane_bucket);
     tcase_add_test(tl, test_lane_note);
     tcase_add_test(tl, test_lane_pick);
     tcase_add_test(tl, test_lane_follows_placement);
-    tcase_add_test(tm, test_model_allgather_fit);
-    tcase_add_test(tm, test_model_bcast);
-    suite_add_tcase(s, tm);
+    tcase_add_test(tl, test_lane_classes_interleaved);
     suite_add_tcase(s, tl);
     return s;
 }

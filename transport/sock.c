@@ -2,6 +2,7 @@
 #include "transport/sock.h"
 #include "common/log.h"
 #include "common/time.h"
+#include "common/util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -272,6 +273,31 @@ void sock_set_bufsize(int fd, size_t bytes)
         return;
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof(v));
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+}
+
+/* A whole number from a /proc/sys file, -1 when it cannot be read. */
+static long sysctl_long(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    long v = -1;
+
+    if (f == NULL)
+        return -1;
+    if (fscanf(f, "%ld", &v) != 1 || v < 0)
+        v = -1;
+    fclose(f);
+    return v;
+}
+
+int sock_bufsize_granted(size_t bytes, long *limit_p)
+{
+    long w = sysctl_long("/proc/sys/net/core/wmem_max");
+    long r = sysctl_long("/proc/sys/net/core/rmem_max");
+    long limit = w < 0 || r < 0 ? -1 : FLX_MIN(w, r);
+
+    if (limit_p)
+        *limit_p = limit;
+    return limit >= 0 && (unsigned long)limit >= bytes;
 }
 
 flx_status_t sock_listen(const sock_addr_t *addr, int backlog, int *fd_p, sock_addr_t *bound_p)

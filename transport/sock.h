@@ -40,6 +40,12 @@ flx_status_t sock_send_all(int fd, const void *buf, size_t len, double deadline)
 flx_status_t sock_recv_all(int fd, void *buf, size_t len, double deadline);
 void sock_set_nodelay(int fd);
 void sock_set_bufsize(int fd, size_t bytes);
+/* Would the kernel grant SO_SNDBUF and SO_RCVBUF of bytes to an
+ * unprivileged socket (net.core.wmem_max and rmem_max at least that)?
+ * Setting them turns autotuning off, so a size the kernel would cut
+ * down is better not asked for.  0 also when the limits cannot be read;
+ * *limit_p (may be NULL) gets the smaller limit, -1 unread. */
+int sock_bufsize_granted(size_t bytes, long *limit_p);
 /* "a.b.c.d:port" or "[v6%scope]:port" into buf (SOCK_ADDR_STRLEN holds any). */
 #define SOCK_ADDR_STRLEN 80
 const char *sock_addr_str(const sock_addr_t *addr, char *buf, size_t len);

@@ -33,7 +33,7 @@ int tcp_lane_pick(const tcp_lane_t *l, int bucket)
     lo = cost[best];
     hi = cost[!best];
     every = hi > TCP_LANE_CLEAR * lo ? TCP_LANE_EXPLORE_FAR : TCP_LANE_EXPLORE;
-    return l->count % every == every - 1 ? !best : best;
+    return l->count[bucket] % every == every - 1 ? !best : best;
 }
 
 void tcp_lane_note(tcp_lane_t *l, int bucket, int lane, double seconds, uint64_t bytes)

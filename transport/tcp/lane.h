@@ -50,7 +50,8 @@ typedef struct {
     uint64_t bytes;             /* long bytes finished in it, both ways   */
     int lane;                   /* its lane                               */
     int bucket;                 /* its size class                         */
-    unsigned long count;        /* periods begun: the exploration clock   */
+    unsigned long periods;      /* periods begun                          */
+    unsigned long count[TCP_LANE_BUCKETS]; /* per class: its exploration clock */
     unsigned long used[2];      /* periods measured on each lane          */
     double cost[TCP_LANE_BUCKETS][2]; /* seconds per byte; 0: not yet     */
     unsigned char warm[TCP_LANE_BUCKETS]; /* the class's first period is over */
@@ -59,8 +60,8 @@ typedef struct {
 /* The size class of a period whose first long message has len bytes. */
 int tcp_lane_bucket(uint64_t len);
 
-/* The lane of the next period of class bucket, l->count periods begun
- * before it: an unmeasured lane first (split before shared), then the
+/* The lane of the next period of class bucket, l->count[bucket] periods
+ * of that class begun before it: an unmeasured lane first (split before shared), then the
  * cheaper one (shared only when clearly: TCP_LANE_FAVOR), the other one
  * now and then. */
 int tcp_lane_pick(const tcp_lane_t *l, int bucket);

@@ -190,13 +190,12 @@ static int lane_busy(const tcp_conn_t *c)
     for (const tl_req_t *r = c->posted_head; r; r = r->next)
         if (r->len >= TCP_SPLIT_MIN)
             return 1;
-    return c->parked || ((c->rreq || c->runexp) && c->rhdr.len >= TCP_SPLIT_MIN);
+    return (c->parked || c->rreq || c->runexp) && c->rhdr.len >= TCP_SPLIT_MIN;
 }
 
-/* A long message begins on c (posted, queued or arriving): a period
- * begins unless one runs, and the lane of the higher rank's long
- * messages is picked for it, by the size class of the last period (a
- * job mostly repeats its sizes; the first period: its first message's). */
+/* A long message of len bytes begins on c (posted, queued or arriving):
+ * a period begins unless one runs, of the size class of that message,
+ * and the lane of the higher rank's long messages is picked for it. */
 static void lane_begin(tcp_conn_t *c, uint64_t len)
 {
     tcp_lane_t *l = &c->lane;
@@ -205,16 +204,15 @@ static void lane_begin(tcp_conn_t *c, uint64_t len)
         return;
     l->t0 = flx_time_now();
     l->bytes = 0;
-    if (l->count == 0)
-        l->bucket = tcp_lane_bucket(len);
+    l->bucket = tcp_lane_bucket(len);
     l->lane = tcp_lane_pick(l, l->bucket);
-    l->count++;
+    l->count[l->bucket]++;
+    l->periods++;
     c->wfd_long = l->lane == TCP_LANE_SHARED ? c->sock[0] : c->sock[1];
 }
 
 /* A long message of len bytes finished on c: the period ends when no
- * other long one is under way, and counts for the size class of all the
- * bytes it moved. */
+ * other long one is under way, and counts for its class. */
 static void lane_done(tcp_conn_t *c, uint64_t len)
 {
     tcp_lane_t *l = &c->lane;
@@ -224,20 +222,20 @@ static void lane_done(tcp_conn_t *c, uint64_t len)
     l->bytes += len;
     if (lane_busy(c))
         return;
-    l->bucket = tcp_lane_bucket(l->bytes);
     tcp_lane_note(l, l->bucket, l->lane, flx_time_now() - l->t0, l->bytes);
     l->t0 = 0;
 }
 
 /* At debug level, what the higher rank measured on c: periods on each
- * lane and the estimates (ns per byte) of each size class. */
+ * lane and the estimates (ns per byte) of each size class (of a period's
+ * first message). */
 static void lane_report(tl_ctx_t *ctx, const tcp_conn_t *c)
 {
     const tcp_lane_t *l = &c->lane;
     char classes[TCP_LANE_BUCKETS * 32] = "";
     size_t n = 0;
 
-    if (!c->lane_auto || l->count == 0 || !flx_log_enabled(FLX_LOG_DEBUG, FLX_SUBSYS_NET))
+    if (!c->lane_auto || l->periods == 0 || !flx_log_enabled(FLX_LOG_DEBUG, FLX_SUBSYS_NET))
         return;
     for (int b = 0; b < TCP_LANE_BUCKETS && n < sizeof(classes); b++) {
         const double *cost = l->cost[b];
@@ -1018,6 +1016,7 @@ static flx_status_t tcp_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t *
 {
     tl_ctx_t *ctx = calloc(1, sizeof(*ctx));
     const size_t lanes = boot->lanes == 2 ? 2 : 1; /* connections per peer */
+    int big_first = 0; /* 4 MiB buffers on each pair's first connection */
 
     if (ctx == NULL)
         return FLX_ERR_NO_MEMORY;
@@ -1040,6 +1039,18 @@ static flx_status_t tcp_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t *
         return FLX_ERR_NO_MEMORY;
     }
     ctx->cfg.spin_s = boot_spin(boot, ctx->cfg.spin_s, "tcp");
+    if (lanes == 2 && cfg->tcp_sockbuf == 0 && cfg->tcp_lane != FLX_TCP_LANE_SPLIT) {
+        long limit;
+        big_first = sock_bufsize_granted(TCP_LANE_SHARED_BUF, &limit);
+        if (big_first)
+            flx_debug(NET, ctx->rank, "tcp: the first connection of each pair gets %zu MiB "
+                      "socket buffers (FLX_TCP_LANE not split, FLX_TCP_SOCKBUF 0)",
+                      TCP_LANE_SHARED_BUF >> 20);
+        else
+            flx_debug(NET, ctx->rank, "tcp: the first connection of each pair keeps autotuned "
+                      "socket buffers: net.core.wmem_max/rmem_max allow %ld bytes, not %zu MiB",
+                      limit, TCP_LANE_SHARED_BUF >> 20);
+    }
     for (int p = 0; p < boot->size; p++) {
         tcp_conn_t *c = &ctx->conns[p];
         c->peer = p;
@@ -1055,8 +1066,7 @@ static flx_status_t tcp_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t *
                 sock_set_bufsize(c->sock[i], cfg->tcp_sockbuf);
             }
         }
-        /* where both directions' long messages may pass (lane.h) */
-        if (c->sock[1] >= 0 && cfg->tcp_sockbuf == 0 && cfg->tcp_lane != FLX_TCP_LANE_SPLIT)
+        if (c->sock[1] >= 0 && big_first) /* where both ways' long ones may pass (lane.h) */
             sock_set_bufsize(c->sock[0], TCP_LANE_SHARED_BUF);
         /* the peer's messages come on the first until it switches */
         c->fd = c->wfd = c->wfd_long = c->sock[0];
