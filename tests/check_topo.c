@@ -1018,25 +1018,21 @@ START_TEST(test_lane_pick)
         ck_assert_int_eq(lane, l.count[b] % 16 == 15 ? TCP_LANE_SHARED : TCP_LANE_SPLIT);
     }
     ck_assert_int_eq(tried, 10);
-    /* shared cheaper but not by TCP_LANE_FAVOR: split stays */
-    l.cost[b][TCP_LANE_SHARED] = 0.95e-9;
-    for (l.count[b] = 0; l.count[b] < 64; l.count[b]++)
-        ck_assert_int_eq(tcp_lane_pick(&l, b),
-                         l.count[b] % 16 == 15 ? TCP_LANE_SHARED : TCP_LANE_SPLIT);
-    /* shared clearly cheaper (1/0.8 = 1.25, under TCP_LANE_CLEAR): split every 16th */
-    l.cost[b][TCP_LANE_SHARED] = 0.8e-9;
-    for (l.count[b] = 0; l.count[b] < 64; l.count[b]++)
-        ck_assert_int_eq(tcp_lane_pick(&l, b),
-                         l.count[b] % 16 == 15 ? TCP_LANE_SPLIT : TCP_LANE_SHARED);
-    /* a gap over TCP_LANE_CLEAR: the other lane every 32nd only */
-    l.cost[b][TCP_LANE_SHARED] = 0.5e-9;
-    for (l.count[b] = 0; l.count[b] < 64; l.count[b]++)
-        ck_assert_int_eq(tcp_lane_pick(&l, b),
-                         l.count[b] % 32 == 31 ? TCP_LANE_SPLIT : TCP_LANE_SHARED);
-    l.cost[b][TCP_LANE_SHARED] = 2e-9;
-    for (l.count[b] = 0; l.count[b] < 64; l.count[b]++)
-        ck_assert_int_eq(tcp_lane_pick(&l, b),
-                         l.count[b] % 32 == 31 ? TCP_LANE_SHARED : TCP_LANE_SPLIT);
+    /* shared's cost against split's 1: the lane taken, and the other tried
+     * every 16th period, or every 32nd when the gap is over TCP_LANE_CLEAR */
+    static const struct { double shared; int best; unsigned long every; } clock[] = {
+        {0.95, TCP_LANE_SPLIT, 16},  /* cheaper, but not by TCP_LANE_FAVOR */
+        {0.8, TCP_LANE_SHARED, 16},  /* clearly cheaper: 1/0.8 = 1.25 */
+        {0.5, TCP_LANE_SHARED, 32},  /* a gap over TCP_LANE_CLEAR */
+        {2.0, TCP_LANE_SPLIT, 32}};
+    for (size_t k = 0; k < sizeof(clock) / sizeof(clock[0]); k++) {
+        l.cost[b][TCP_LANE_SHARED] = clock[k].shared * 1e-9;
+        for (l.count[b] = 0; l.count[b] < 64; l.count[b]++)
+            ck_assert_int_eq(tcp_lane_pick(&l, b), l.count[b] % clock[k].every ==
+                                                           clock[k].every - 1
+                                                       ? !clock[k].best
+                                                       : clock[k].best);
+    }
     /* another class's clock is its own */
     l.count[b] = 15;
     l.count[b + 1] = 0;

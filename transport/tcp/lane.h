@@ -50,7 +50,6 @@ typedef struct {
     uint64_t bytes;             /* long bytes finished in it, both ways   */
     int lane;                   /* its lane                               */
     int bucket;                 /* its size class                         */
-    unsigned long periods;      /* periods begun                          */
     unsigned long count[TCP_LANE_BUCKETS]; /* per class: its exploration clock */
     unsigned long used[2];      /* periods measured on each lane          */
     double cost[TCP_LANE_BUCKETS][2]; /* seconds per byte; 0: not yet     */

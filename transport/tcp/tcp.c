@@ -207,7 +207,6 @@ static void lane_begin(tcp_conn_t *c, uint64_t len)
     l->bucket = tcp_lane_bucket(len);
     l->lane = tcp_lane_pick(l, l->bucket);
     l->count[l->bucket]++;
-    l->periods++;
     c->wfd_long = l->lane == TCP_LANE_SHARED ? c->sock[0] : c->sock[1];
 }
 
@@ -235,7 +234,7 @@ static void lane_report(tl_ctx_t *ctx, const tcp_conn_t *c)
     char classes[TCP_LANE_BUCKETS * 32] = "";
     size_t n = 0;
 
-    if (!c->lane_auto || l->periods == 0 || !flx_log_enabled(FLX_LOG_DEBUG, FLX_SUBSYS_NET))
+    if (!c->lane_auto || l->used[0] + l->used[1] == 0 || !flx_log_enabled(FLX_LOG_DEBUG, FLX_SUBSYS_NET))
         return;
     for (int b = 0; b < TCP_LANE_BUCKETS && n < sizeof(classes); b++) {
         const double *cost = l->cost[b];

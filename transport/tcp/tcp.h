@@ -10,7 +10,8 @@
  * arrives for it: that data waits in the socket's backlog until the
  * sendmsg ends, and the two transfers take turns instead of overlapping
  * (1 MiB each way: 3x the time).  So of a pair (lo, hi), hi sends its long
- * messages (TCP_SPLIT_MIN and up) on the second connection; everything
+ * messages (TCP_SPLIT_MIN and up) on the second connection (while that
+ * is the faster way: FLX_TCP_LANE, lane.h); everything
  * else goes on the first, where a short message's reply carries the
  * acknowledgement of its request (on a socket used one way only every
  * short message costs an acknowledgement packet of its own: a microsecond
