@@ -65,6 +65,8 @@ static flx_status_t allgatherv_run(flx_comm_h comm, const void *sendbuf, size_t 
     const int n = comm->size, r = comm->rank;
     uint64_t *wire;
     size_t *rot, total = 0, largest = 0, smallest_cap = capacity;
+    const void *own;
+    char *mine;
     int smallest_at = r;
     flx_algo_t calgo;
     flx_status_t st;
@@ -86,7 +88,7 @@ static flx_status_t allgatherv_run(flx_comm_h comm, const void *sendbuf, size_t 
     coll_begin(comm, COLL_ALLGATHERV, calgo, dtype, 0, (size_t)n, "allgatherv (counts)");
     if (n > 1) {
         st = calgo == FLX_ALGO_RD ? coll_allgather_rd(comm, wire, 2 * sizeof(uint64_t))
-                                  : coll_allgather_ring(comm, wire, 2 * sizeof(uint64_t));
+                                  : coll_allgather_ring(comm, NULL, wire, 2 * sizeof(uint64_t));
         if (st != FLX_OK)
             return st;
     }
@@ -113,14 +115,21 @@ static flx_status_t allgatherv_run(flx_comm_h comm, const void *sendbuf, size_t 
     }
     if (algo != FLX_ALGO_RING && algo != FLX_ALGO_RD)
         algo = comm_pick_allgather(comm, (double)largest, algo, 0);
-    if (sendbytes && (const char *)sendbuf != (char *)recvbuf + displs[r])
-        memmove((char *)recvbuf + displs[r], sendbuf, sendbytes);
+    mine = (char *)recvbuf + displs[r];
+    /* the ring copies our block into place itself, behind its sends, when
+     * the input lies apart from the output */
+    own = sendbytes && n > 1 && algo != FLX_ALGO_RD &&
+                  ((const char *)sendbuf + sendbytes <= mine || mine + sendbytes <= (const char *)sendbuf)
+              ? sendbuf
+              : NULL;
+    if (own == NULL && sendbytes && (const char *)sendbuf != mine)
+        memmove(mine, sendbuf, sendbytes);
     coll_begin(comm, COLL_ALLGATHERV, algo, dtype, 1, total, "allgatherv");
     if (n == 1 || total == 0)
         return FLX_OK;
     if (algo == FLX_ALGO_RD)
         return allgatherv_bruck(comm, recvbuf, counts, displs, rot);
-    return coll_ring_allgather(comm, recvbuf, displs, counts, 1, 0);
+    return coll_ring_allgather(comm, own, recvbuf, displs, counts, 1, 0);
 }
 
 /* The two arrays and the receive buffer are all written: they must not

@@ -254,20 +254,23 @@ flx_status_t comm_run_allgather(flx_comm_h comm, const void *sendbuf, void *recv
 {
     const size_t bpr = count * flx_dtype_size(dtype);
     char *mine = (char *)recvbuf + (size_t)comm->rank * bpr;
+    const void *own = sendbuf != mine && bpr ? sendbuf : NULL; /* out of place */
     flx_status_t st;
-    double t0;
+    double t0 = flx_time_now();
 
     algo = comm_pick_allgather(comm, (double)bpr, algo, 1);
-    if (sendbuf != mine && bpr)
-        memcpy(mine, sendbuf, bpr);
+    /* the ring copies our block into place itself, behind its sends */
+    if (own && (algo == FLX_ALGO_RD || comm->size == 1)) {
+        memcpy(mine, own, bpr);
+        own = NULL;
+    }
     coll_begin(comm, COLL_ALLGATHER, algo, dtype, 0, count, "allgather");
     if (comm->size == 1)
         return FLX_OK;
     if (bpr == 0) /* nothing to move, but the empty messages carry the count */
         return coll_barrier_dissemination(comm);
-    t0 = flx_time_now();
     st = algo == FLX_ALGO_RD ? coll_allgather_rd(comm, recvbuf, bpr)
-                             : coll_allgather_ring(comm, recvbuf, bpr);
+                             : coll_allgather_ring(comm, own, recvbuf, bpr);
     if (st != FLX_OK)
         return st;
     return model_observe(comm, COLL_ALLGATHER, algo, (double)bpr, flx_time_now() - t0);

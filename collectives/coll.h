@@ -18,7 +18,7 @@ void comm_async_stop(flx_comm_h comm);
 flx_status_t coll_ring_reduce_scatter(flx_comm_h comm, void *buf, const size_t *off,
                                       const size_t *len, flx_dtype_t dtype, flx_op_t op,
                                       uint32_t phase0);
-flx_status_t coll_ring_allgather(flx_comm_h comm, void *buf, const size_t *off,
+flx_status_t coll_ring_allgather(flx_comm_h comm, const void *own, void *buf, const size_t *off,
                                  const size_t *len, size_t esize, uint32_t phase0);
 
 /* The ring allreduce of src into buf (src == buf: in place; else src is
@@ -32,7 +32,8 @@ flx_status_t coll_allreduce_rd(flx_comm_h comm, const void *src, void *buf, size
                                flx_dtype_t dtype, flx_op_t op);
 flx_status_t coll_allreduce_hd(flx_comm_h comm, const void *src, void *buf, size_t count,
                                flx_dtype_t dtype, flx_op_t op);
-flx_status_t coll_allgather_ring(flx_comm_h comm, void *recvbuf, size_t bytes_per_rank);
+flx_status_t coll_allgather_ring(flx_comm_h comm, const void *sendbuf, void *recvbuf,
+                                 size_t bytes_per_rank);
 flx_status_t coll_allgather_rd(flx_comm_h comm, void *recvbuf, size_t bytes_per_rank);
 flx_status_t coll_bcast_binomial(flx_comm_h comm, void *buf, size_t bytes, int root);
 flx_status_t coll_bcast_chain(flx_comm_h comm, void *buf, size_t bytes, int root);

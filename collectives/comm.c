@@ -1,6 +1,7 @@
 /* comm.c -- communicator life cycle: configuration, rank discovery,
  * bootstrap, transport choice, calibration. */
 #include "collectives/coll.h"
+#include "common/copy.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -168,6 +169,7 @@ flx_status_t flx_comm_create(const flx_comm_params_t *params, flx_comm_h *comm_p
     comm = calloc(1, sizeof(*comm));
     if (comm == NULL)
         return FLX_ERR_NO_MEMORY;
+    comm->stream_min = flx_copy_stream_min();
     st = flx_config_load(&comm->cfg);
     if (st != FLX_OK)
         goto err_free_comm;

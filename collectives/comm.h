@@ -88,6 +88,7 @@ struct flx_comm {
     int first_err;            /* the first error (flx_comm_get_async_error) */
     void *scratch[2];         /* [0] algorithms, [1] api working copies  */
     size_t scratch_len[2];
+    size_t stream_min;        /* local copies above this stream (copy.h) */
 
     /* background progress of non-blocking collectives */
     pthread_mutex_t exec;     /* held while a collective runs            */
@@ -135,6 +136,8 @@ void coll_clock_start(coll_clock_t *clk);
 /* One progress round; fails with FLX_ERR_TIMED_OUT when *waiting (may be
  * NULL) is still incomplete FLX_TIMEOUT after clk->since, gaps left out. */
 flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, coll_clock_t *clk);
+/* One progress round that does not wait (between pieces of local work). */
+flx_status_t coll_progress_now(flx_comm_h comm);
 /* Exchange: post recv then send, wait both. */
 flx_status_t coll_sendrecv(flx_comm_h comm, int dst, const void *sbuf, size_t slen,
                            int src, void *rbuf, size_t rlen, uint32_t step);

@@ -92,6 +92,16 @@ flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, coll_clock_t *clk
     return FLX_OK;
 }
 
+flx_status_t coll_progress_now(flx_comm_h comm)
+{
+    flx_status_t st;
+
+    if (comm_aborted(comm))
+        return prim_failed(comm, FLX_ERR_ABORTED);
+    st = comm->tl->progress(comm->tlctx, 0);
+    return st == FLX_OK ? FLX_OK : prim_failed(comm, comm_aborted(comm) ? FLX_ERR_ABORTED : st);
+}
+
 flx_status_t coll_wait(flx_comm_h comm, tl_req_t *req)
 {
     coll_clock_t clk;

@@ -21,9 +21,18 @@
  * output segment is then written: segment r by its last reduction, the
  * others by the allgather.  That saves a pass over S (2 ranks, 16 MiB:
  * in place took 0.80x the time of out of place with the copy).
+ *
+ * The out-of-place allgather sends our block from the input too, and copies
+ * each chunk of it into place right after posting that chunk's send (which
+ * has just read it into cache), with one progress round after each copy so
+ * the sockets keep moving; a block larger than the core's L2 cache is
+ * copied with streaming stores, which skip reading the destination in.
+ * Copying the whole block first, then sending from the output, cost the
+ * 2-rank 32 MiB allgather on loopback 1.3x the time (30 paired rounds).
  */
 #include "collectives/coll.h"
 #include "collectives/topo.h"
+#include "common/copy.h"
 #include "common/dtype.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -104,14 +113,15 @@ static flx_status_t ring_ws(flx_comm_h comm, const size_t *len, size_t es, int r
 
 /* allgather, step 0: chunk j of our own segment r goes to the next rank */
 static flx_status_t ag_send_own(flx_comm_h comm, char *base, const size_t *off, const size_t *len,
-                                size_t es, uint32_t phase0, const ring_ws_t *w, size_t j)
+                                size_t es, uint32_t phase0, const ring_ws_t *w, size_t j,
+                                const char *own)
 {
     const int r = comm->rank;
     size_t co, cl;
 
     chunk_range(len[r], w->elems, j, &co, &cl);
     return coll_send(comm, topo_ring_next(r, comm->size), COLL_STEP(phase0, j),
-                     base + (off[r] + co) * es, cl * es, &w->ag_sreq[j]);
+                     own ? own + co * es : base + (off[r] + co) * es, cl * es, &w->ag_sreq[j]);
 }
 
 /* The allgather's receives, step s = 0..N-2 into segment r-s-1.  post:
@@ -235,7 +245,7 @@ static flx_status_t ring_rs(flx_comm_h comm, char *base, const char *src, const 
                                &w->rs_sreq[(size_t)(s + 1) * nch + j]);
             } else if (ag_phase0) { /* rseg == r: this chunk is final */
                 flx_reduce_finish(dst, cl, dtype, op, n);
-                st = ag_send_own(comm, base, off, len, es, ag_phase0, w, j);
+                st = ag_send_own(comm, base, off, len, es, ag_phase0, w, j, NULL);
             }
         }
     }
@@ -269,17 +279,34 @@ flx_status_t coll_ring_reduce_scatter(flx_comm_h comm, void *buf, const size_t *
     return st == FLX_OK ? rs_wait_sends(comm, len, &w) : st;
 }
 
-flx_status_t coll_ring_allgather(flx_comm_h comm, void *buf, const size_t *off,
+flx_status_t coll_ring_allgather(flx_comm_h comm, const void *own, void *buf, const size_t *off,
                                  const size_t *len, size_t es, uint32_t phase0)
 {
+    const int r = comm->rank;
     ring_ws_t w;
     flx_status_t st = ring_ws(comm, len, es, 0, 1, &w);
+    int stream;
 
     if (st != FLX_OK || w.nch == 0)
         return st;
+    stream = own && len[r] * es > comm->stream_min;
     st = ag_recvs(comm, buf, off, len, es, phase0, &w, 1);
-    for (size_t j = 0; j < seg_chunks(len[comm->rank], w.elems) && st == FLX_OK; j++)
-        st = ag_send_own(comm, buf, off, len, es, phase0, &w, j);
+    for (size_t j = 0; j < seg_chunks(len[r], w.elems) && st == FLX_OK; j++) {
+        size_t co, cl;
+        char *dst;
+        st = ag_send_own(comm, buf, off, len, es, phase0, &w, j, own);
+        if (st != FLX_OK || own == NULL)
+            continue;
+        /* out of place: this chunk goes into its place right behind its
+         * send, while the send has it in cache, and the sockets move on */
+        chunk_range(len[r], w.elems, j, &co, &cl);
+        dst = (char *)buf + (off[r] + co) * es;
+        if (stream)
+            flx_copy_stream(dst, (const char *)own + co * es, cl * es);
+        else
+            memcpy(dst, (const char *)own + co * es, cl * es);
+        st = coll_progress_now(comm);
+    }
     if (st == FLX_OK)
         st = ag_forward(comm, buf, off, len, es, phase0, &w);
     return st;
@@ -338,7 +365,8 @@ flx_status_t coll_allreduce_ring(flx_comm_h comm, const void *src, void *buf, si
     return st;
 }
 
-flx_status_t coll_allgather_ring(flx_comm_h comm, void *recvbuf, size_t bytes_per_rank)
+flx_status_t coll_allgather_ring(flx_comm_h comm, const void *sendbuf, void *recvbuf,
+                                 size_t bytes_per_rank)
 {
     size_t *off = NULL, *len = NULL;
     flx_status_t st;
@@ -350,7 +378,7 @@ flx_status_t coll_allgather_ring(flx_comm_h comm, void *recvbuf, size_t bytes_pe
         off[i] = (size_t)i * bytes_per_rank;
         len[i] = bytes_per_rank;
     }
-    st = coll_ring_allgather(comm, recvbuf, off, len, 1, 0);
+    st = coll_ring_allgather(comm, sendbuf, recvbuf, off, len, 1, 0);
     free(off);
     return st;
 }

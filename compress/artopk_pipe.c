@@ -213,7 +213,7 @@ static flx_status_t pipe_run(flx_comm_h comm, int leader, int32_t *idx, size_t k
     if (st == FLX_OK)
         st = coll_waitall(comm, sc, nscatter);
     if (st == FLX_OK) {
-        st = coll_ring_allgather(comm, val, g.off, g.len, sizeof(float), (uint32_t)(2 * n));
+        st = coll_ring_allgather(comm, NULL, val, g.off, g.len, sizeof(float), (uint32_t)(2 * n));
         for (int s = 0; s < n - 1; s++)
             bytes += g.len[topo_mod(r - s, n)] * sizeof(float);
     }

@@ -1,10 +1,12 @@
-/* check_reduce.c -- unit tests of the local reduction kernels and of the
- * half-precision conversions (common/dtype.h).
+/* check_reduce.c -- unit tests of the local reduction kernels, of the
+ * half-precision conversions (common/dtype.h) and of the streaming copy
+ * (common/copy.h).
  *
  * The reference results are computed here, serially, with conversions
  * written independently of dtype.c: binary16 through frexp/ldexp and
  * nearbyint in double precision, bfloat16 by inspecting the discarded
  * bits.  Half types combine in float32 and round once, as dtype.h says. */
+#include "common/copy.h"
 #include "common/dtype.h"
 
 #include <check.h>
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ck_assert* records a mark point (a write to a pipe) per call; loops over
  * millions of values use this instead, which costs nothing until it fails */
@@ -782,6 +785,64 @@ START_TEST(test_names_sizes)
 }
 END_TEST
 
+/* Every alignment of the destination against the 32-byte streaming stores
+ * (and a few of the source), every length around the 128-byte loop, the
+ * 4 KiB page and a long run: the bytes are the source's, and the guard
+ * bytes on either side are untouched. */
+START_TEST(test_copy_stream)
+{
+    static const size_t lens[] = {0,   1,    31,   32,   33,   127,  128,  129,  255,
+                                  256, 4095, 4096, 4097, 4224, 65557, (1u << 20) + 77};
+    const size_t guard = 64, maxlen = (1u << 20) + 77;
+    unsigned char *src = malloc(maxlen + 8), *dst = malloc(maxlen + 2 * guard + 64);
+
+    ck_assert_ptr_nonnull(src);
+    ck_assert_ptr_nonnull(dst);
+    for (size_t i = 0; i < maxlen + 8; i++)
+        src[i] = (unsigned char)(i * 131 + (i >> 9) + 7);
+    for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++)
+        for (size_t doff = 0; doff < 33; doff++)
+            for (size_t soff = 0; soff < 8; soff += 3) {
+                unsigned char *d = dst + guard + doff;
+                size_t n = lens[l];
+                memset(dst, 0xa5, n + 2 * guard + 64);
+                flx_copy_stream(d, src + soff, n);
+                if (memcmp(d, src + soff, n) != 0)
+                    ck_abort_msg("copy of %zu bytes, dst offset %zu, src offset %zu differs", n,
+                                 doff, soff);
+                for (size_t i = 0; i < guard + doff; i++)
+                    ck_assert_msg(dst[i] == 0xa5, "byte %zu before a %zu-byte copy written",
+                                  guard + doff - i, n);
+                for (size_t i = 0; i < guard; i++)
+                    ck_assert_msg(d[n + i] == 0xa5, "byte %zu after a %zu-byte copy written", i,
+                                  n);
+            }
+    free(src);
+    free(dst);
+}
+END_TEST
+
+/* The size above which a copy streams: this core's L2 cache as sysconf
+ * tells it, 1 MiB where it does not, never without AVX. */
+START_TEST(test_copy_stream_min)
+{
+    size_t min = flx_copy_stream_min();
+#if defined(__x86_64__)
+    long l2 = 0;
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+
+    if (!__builtin_cpu_supports("avx"))
+        ck_assert_uint_eq(min, SIZE_MAX);
+    else
+        ck_assert_uint_eq(min, l2 > 0 ? (size_t)l2 : (size_t)1 << 20);
+#else
+    ck_assert_uint_eq(min, SIZE_MAX);
+#endif
+}
+END_TEST
+
 static Suite *reduce_suite(void)
 {
     Suite *s = suite_create("reduce");
@@ -795,6 +856,8 @@ static Suite *reduce_suite(void)
     tcase_add_test(tk, test_int_wrap);
     tcase_add_test(tk, test_min_max_hand);
     tcase_add_test(tk, test_min_max_symmetric);
+    tcase_add_test(tk, test_copy_stream);
+    tcase_add_test(tk, test_copy_stream_min);
     suite_add_tcase(s, tk);
 
     tcase_set_timeout(tc, 60);
