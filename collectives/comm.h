@@ -136,7 +136,8 @@ void coll_clock_start(coll_clock_t *clk);
 /* One progress round; fails with FLX_ERR_TIMED_OUT when *waiting (may be
  * NULL) is still incomplete FLX_TIMEOUT after clk->since, gaps left out. */
 flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, coll_clock_t *clk);
-/* One progress round that does not wait (between pieces of local work). */
+/* One progress round that neither waits nor yields the core (between
+ * pieces of local work). */
 flx_status_t coll_progress_now(flx_comm_h comm);
 /* Exchange: post recv then send, wait both. */
 flx_status_t coll_sendrecv(flx_comm_h comm, int dst, const void *sbuf, size_t slen,

@@ -49,6 +49,17 @@ FLX_TCP_SOCKETS=2 "$top/flx-info" | grep -q "^# transports: tcp (2 connections p
     fail "flx-info does not follow FLX_TCP_SOCKETS=2"
 "$top/flx-info" | grep -q "long messages on the faster of the two, measured per pair while running, FLX_TCP_LANE=auto)" ||
     fail "flx-info does not say what FLX_TCP_LANE=auto does"
+# the out-of-place allgather streams its own block above this core's L2 (getconf; 1 MiB
+# where it does not say), or never without AVX
+if [ "$(uname -m)" = x86_64 ] && grep -qw avx /proc/cpuinfo; then
+    l2=$(getconf LEVEL2_CACHE_SIZE 2>/dev/null || true)
+    case $l2 in '' | *[!0-9]* | 0) l2=1048576 ;; esac
+    "$top/flx-info" | grep -q "^# out-of-place allgather: .*streaming stores when the block is over $((l2 / 1024)) KiB (this core's L2 cache)" ||
+        fail "flx-info does not give the streaming copy's threshold as this core's L2 ($l2 B)"
+else
+    "$top/flx-info" | grep -q "^# out-of-place allgather: .*no AVX streaming stores" ||
+        fail "flx-info does not say that this CPU copies with memcpy"
+fi
 FLX_TCP_LANE=shared "$top/flx-info" | grep -q "long messages on the first, FLX_TCP_LANE=shared)" ||
     fail "flx-info does not follow FLX_TCP_LANE=shared"
 FLX_TCP_SOCKETS=1 FLX_TCP_LANE=shared "$top/flx-info" | grep -q "FLX_TCP_LANE" &&

@@ -3,6 +3,7 @@
  * (--calibrate, as the ranks of a job) alpha and beta of every link. */
 #include "flexcoll.h"
 #include "common/config.h"
+#include "common/copy.h"
 #ifdef FLX_HAVE_VERBS
 #include "transport/ib/ib.h"
 #endif
@@ -11,6 +12,7 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,6 +219,14 @@ int main(int argc, char **argv)
            strstr(flx_build_features(), "verbs") ? ", ib" : "");
     printf("# collectives: allreduce (ring, tree, rd, hd), allgather (ring, rd/Bruck), broadcast "
            "(binomial, chain), reduce_scatter (ring), barrier (dissemination)\n");
+    if (flx_copy_stream_min() == SIZE_MAX)
+        printf("# out-of-place allgather: each chunk of this rank's block is copied into place "
+               "right behind its send (memcpy: this CPU has no AVX streaming stores)\n");
+    else
+        printf("# out-of-place allgather: each chunk of this rank's block is copied into place "
+               "right behind its send, with streaming stores when the block is over %zu KiB "
+               "(this core's L2 cache)\n",
+               flx_copy_stream_min() / 1024);
     printf("# dtypes: float double half bfloat16 int32 int64; ops: sum prod min max avg\n");
     printf("# compression (flx_gsync_*): ");
     for (int m = 0; m < FLX_COMPRESS_COUNT; m++)

@@ -973,7 +973,7 @@ static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
     spin_end = ctx->cfg.spin_s > 0 ? flx_time_now() + FLX_MIN(ctx->cfg.spin_s, timeout_s) : 0;
     do {
         rc = poll(ctx->pfds, (nfds_t)n, 0);
-        if (rc != 0)
+        if (rc != 0 || timeout_s <= 0) /* a round that may not wait has work to go back to */
             break;
         sched_yield();
     } while (flx_time_now() < spin_end);
