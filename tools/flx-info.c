@@ -219,13 +219,12 @@ int main(int argc, char **argv)
            strstr(flx_build_features(), "verbs") ? ", ib" : "");
     printf("# collectives: allreduce (ring, tree, rd, hd), allgather (ring, rd/Bruck), broadcast "
            "(binomial, chain), reduce_scatter (ring), barrier (dissemination)\n");
+    printf("# out-of-place allgather: each chunk of this rank's block is copied into place "
+           "right behind its send");
     if (flx_copy_stream_min() == SIZE_MAX)
-        printf("# out-of-place allgather: each chunk of this rank's block is copied into place "
-               "right behind its send (memcpy: this CPU has no AVX streaming stores)\n");
+        printf(" (memcpy: this CPU has no AVX streaming stores)\n");
     else
-        printf("# out-of-place allgather: each chunk of this rank's block is copied into place "
-               "right behind its send, with streaming stores when the block is over %zu KiB "
-               "(this core's L2 cache)\n",
+        printf(", with streaming stores when the block is over %zu KiB (this core's L2 cache)\n",
                flx_copy_stream_min() / 1024);
     printf("# dtypes: float double half bfloat16 int32 int64; ops: sum prod min max avg\n");
     printf("# compression (flx_gsync_*): ");
