@@ -654,8 +654,10 @@ static void *pw_watcher(void *p)
     pw_watch_t *w = p;
     double deadline = now_s() + 60;
 
+    /* looks every 0.2 ms, not spinning: in the 2-vCPU SoftRoCE VM a
+     * spinning watcher starves the ranks and the kernel's copies */
     while (w->buf[0] == 0 && now_s() < deadline)
-        ;
+        nanosleep(&(struct timespec){.tv_nsec = 200000}, NULL);
     flx_comm_abort(w->comm);
     return NULL;
 }
@@ -674,7 +676,9 @@ static int body_partial_write(flx_comm_h comm, int rank, int size, void *arg)
     if (buf == NULL)
         return mp_fail(rank, "no memory");
     /* rank 1 notices its abort within a 0.1 s progress round: the writes
-     * must take longer, so k chunks of 16 MiB are sent, k from a probe */
+     * must take well longer (2 s: on the emulated VM the abort takes up to
+     * 0.8 s from the call to reach rank 0), so k chunks of 16 MiB are sent,
+     * k from a probe */
     if (flx_broadcast(comm, buf, PW_COUNT, FLX_FLOAT32, 0) != FLX_OK || /* warm-up */
         flx_barrier(comm) != FLX_OK)
         return mp_fail(rank, "warm-up broadcast failed");
@@ -684,8 +688,8 @@ static int body_partial_write(flx_comm_h comm, int rank, int size, void *arg)
     t16 = now_s() - t0;
     if (flx_allreduce(comm, &t16, &t16, 1, FLX_FLOAT64, FLX_MAX, FLX_ALGO_AUTO) != FLX_OK)
         return mp_fail(rank, "allreduce failed");
-    k = t16 >= 0.6 ? 1 : t16 * 32 < 0.6 ? 32 : (size_t)(0.6 / t16) + 1;
-    if (k * t16 < 0.3) {
+    k = t16 >= 2.0 ? 1 : t16 * 32 < 2.0 ? 32 : (size_t)(2.0 / t16) + 1;
+    if (k * t16 < 1.0) {
         printf("partial_write: this fabric moves %zu MiB in %.3f s, faster than an abort "
                "reaches the wait: not testable here\n", 16 * k, k * t16);
         free(buf);
@@ -715,6 +719,9 @@ static int body_partial_write(flx_comm_h comm, int rank, int size, void *arg)
             return mp_fail(rank, "rank 0 never finished its broadcast");
     }
     free(buf);
+    if (rank == 0)
+        printf("partial_write: %zu MiB that take %.2f s failed after %.2f s (%s)\n", 16 * k,
+               k * t16, dt, flx_status_string(st));
     if (rank == 1 && st != FLX_ERR_ABORTED)
         return mp_fail(rank, "broadcast returned %s, not aborted", flx_status_string(st));
     if (rank == 0 && st != FLX_ERR_PEER_LOST)

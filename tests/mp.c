@@ -120,8 +120,11 @@ static int mp_launch(int size, const mp_job_t *job, double timeout_s, int *codes
     fflush(NULL);
     for (int r = 0; r < size; r++) {
         pids[r] = fork();
-        if (pids[r] == 0)
-            _exit(mp_child(job, r, size, root));
+        if (pids[r] == 0) { /* what a body printed reaches the log even when it is a file */
+            int rc = mp_child(job, r, size, root);
+            fflush(NULL);
+            _exit(rc);
+        }
     }
     while (left > 0) {
         int status;

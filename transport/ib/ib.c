@@ -978,6 +978,55 @@ static void boot_sock_event(tl_ctx_t *ctx, int peer)
  * spin lasts up to twice SPIN_CLOCK_POLLS polls longer than FLX_IB_SPIN. */
 #define SPIN_YIELD_POLLS 64
 #define SPIN_CLOCK_POLLS 256
+/* While completions keep coming, the bootstrap sockets (failure reports,
+ * hang-ups) are still polled this often: a peer's report reaches a rank
+ * whose writes stream on, not only one that runs out of work. */
+#define BOOT_LOOK_S 0.01
+
+static void flush_all(tl_ctx_t *ctx)
+{
+    for (int p = 0; p < ctx->size; p++)
+        if (p != ctx->rank)
+            conn_flush(ctx, &ctx->conns[p]);
+}
+
+/* Fill ctx->pfds from index nfds with the bootstrap sockets still open;
+ * returns the new count. */
+static int boot_pfds(tl_ctx_t *ctx, int nfds)
+{
+    for (int p = 0; p < ctx->size; p++) {
+        if (p == ctx->rank || ctx->boot->fds[p] < 0 || ctx->conns[p].eof)
+            continue;
+        ctx->pfds[nfds].fd = ctx->boot->fds[p];
+        ctx->pfds[nfds++].events = POLLIN;
+    }
+    return nfds;
+}
+
+static void boot_pfds_handle(tl_ctx_t *ctx, int first, int nfds)
+{
+    ctx->boot_looked = flx_time_coarse();
+    for (int i = first; i < nfds; i++) {
+        if (!ctx->pfds[i].revents)
+            continue;
+        for (int p = 0; p < ctx->size; p++)
+            if (p != ctx->rank && ctx->boot->fds[p] == ctx->pfds[i].fd)
+                boot_sock_event(ctx, p);
+    }
+}
+
+/* Completions came: handle them, and the bootstrap sockets when they have
+ * not been polled for BOOT_LOOK_S (one coarse clock read, no system call). */
+static void progress_done(tl_ctx_t *ctx)
+{
+    flush_all(ctx);
+    if (flx_time_coarse() - ctx->boot_looked >= BOOT_LOOK_S) {
+        int nfds = boot_pfds(ctx, 0);
+        int rc = nfds > 0 ? poll(ctx->pfds, (nfds_t)nfds, 0) : 0;
+        if (rc >= 0)
+            boot_pfds_handle(ctx, 0, rc > 0 ? nfds : 0);
+    }
+}
 
 /* Wait up to timeout_s for completions or bootstrap socket events and
  * handle them; also on a failed context (ib_destroy drains with it). */
@@ -990,9 +1039,7 @@ static void progress_wait(tl_ctx_t *ctx, double timeout_s)
      * case ranks outnumber cores */
     for (unsigned it = 1;; it++) {
         if (poll_cq(ctx) > 0) {
-            for (int p = 0; p < ctx->size; p++)
-                if (p != ctx->rank)
-                    conn_flush(ctx, &ctx->conns[p]);
+            progress_done(ctx);
             return;
         }
         if (spin <= 0)
@@ -1013,9 +1060,7 @@ static void progress_wait(tl_ctx_t *ctx, double timeout_s)
         return;
     }
     if (poll_cq(ctx) > 0) {
-        for (int p = 0; p < ctx->size; p++)
-            if (p != ctx->rank)
-                conn_flush(ctx, &ctx->conns[p]);
+        progress_done(ctx);
         return;
     }
     ctx->pfds[nfds].fd = ctx->comp_ch->fd;
@@ -1025,16 +1070,15 @@ static void progress_wait(tl_ctx_t *ctx, double timeout_s)
         ctx->pfds[nfds++].events = POLLIN;
     }
     first_boot = nfds;
-    for (int p = 0; p < ctx->size; p++) {
-        if (p == ctx->rank || ctx->boot->fds[p] < 0 || ctx->conns[p].eof)
-            continue;
-        ctx->pfds[nfds].fd = ctx->boot->fds[p];
-        ctx->pfds[nfds++].events = POLLIN;
-    }
+    nfds = boot_pfds(ctx, nfds);
     rc = poll(ctx->pfds, (nfds_t)nfds, timeout_s <= 0 ? 0 : timeout_s > 1 ? 1000
                                                      : (int)(timeout_s * 1000) + 1);
-    if (rc <= 0)
+    if (rc < 0)
         return;
+    if (rc == 0) {
+        ctx->boot_looked = flx_time_coarse();
+        return;
+    }
     if (ctx->pfds[0].revents) {
         struct ibv_cq *cq;
         void *cq_ctx;
@@ -1043,17 +1087,9 @@ static void progress_wait(tl_ctx_t *ctx, double timeout_s)
     }
     if (first_boot == 2 && ctx->pfds[1].revents)
         ib_conn_listen_event(ctx);
-    for (int i = first_boot; i < nfds; i++) {
-        if (!ctx->pfds[i].revents)
-            continue;
-        for (int p = 0; p < ctx->size; p++)
-            if (p != ctx->rank && ctx->boot->fds[p] == ctx->pfds[i].fd)
-                boot_sock_event(ctx, p);
-    }
+    boot_pfds_handle(ctx, first_boot, nfds);
     poll_cq(ctx);
-    for (int p = 0; p < ctx->size; p++)
-        if (p != ctx->rank)
-            conn_flush(ctx, &ctx->conns[p]);
+    flush_all(ctx);
 }
 
 static flx_status_t ib_progress(tl_ctx_t *ctx, double timeout_s)

@@ -224,6 +224,7 @@ struct tl_ctx {
     int rdv_slots;
     uint32_t rdv_next;
     struct pollfd *pfds;
+    double boot_looked;          /* coarse clock: bootstrap sockets last polled */
     flx_status_t err;
     int remote_failed;
     uint32_t remote_seq;
