@@ -377,13 +377,73 @@ flx_status_t flx_broadcast(flx_comm_h comm, void *buf, size_t count, flx_dtype_t
                                   : coll_bcast_binomial(comm, buf, bytes, root));
 }
 
+/* The reduce-scatter's algorithm: the ring's reduce-scatter, or an
+ * allreduce of the whole input (each rank keeps its segment) where the
+ * link model says that allreduce's best algorithm beats the ring's
+ * reduce-scatter, which costs half a ring allreduce: at small sizes on 4
+ * or more ranks, where the ring's N-1 dependent steps cost N-1 latencies
+ * and recursive doubling log2 N.  Both from the link's one alpha and beta,
+ * not the allreduce algorithms' own fits: those learn from allreduces, and
+ * the ring's reduce-scatter has none of its own (at creation the tree's
+ * predicted 78 us for 4 ranks' 16 B, where it takes 28 and the ring's
+ * reduce-scatter 54).  FLX_ALGO ring keeps the ring; tree, rd or hd take
+ * that allreduce. */
+static flx_algo_t pick_reduce_scatter(flx_comm_h comm, size_t total_bytes)
+{
+    const double chunk = (double)comm->cfg.chunk_size, bytes = (double)total_bytes;
+    const double a = comm->model.alpha_s, b = comm->model.beta_bytes_per_s;
+    flx_algo_t best;
+
+    if (comm->cfg.algo != FLX_ALGO_AUTO)
+        return (flx_algo_t)comm->cfg.algo;
+    best = model_pick_allreduce(comm->size, bytes, a, b, chunk);
+    if (best == FLX_ALGO_RING ||
+        model_allreduce_time(best, comm->size, bytes, a, b, chunk) >=
+            0.5 * model_allreduce_time(FLX_ALGO_RING, comm->size, bytes, a, b, chunk))
+        return FLX_ALGO_RING;
+    return best;
+}
+
+flx_algo_t flx_reduce_scatter_algo(flx_comm_h comm, size_t recvcount, flx_dtype_t dtype)
+{
+    flx_algo_t algo;
+
+    if (comm == NULL || !flx_dtype_valid(dtype))
+        return FLX_ALGO_AUTO;
+    if (comm->size == 1 || recvcount == 0)
+        return FLX_ALGO_RING;
+    pthread_mutex_lock(&comm->lock); /* the live model may change under exec */
+    algo = pick_reduce_scatter(comm, recvcount * flx_dtype_size(dtype) * (size_t)comm->size);
+    pthread_mutex_unlock(&comm->lock);
+    return algo;
+}
+
+/* The reduce-scatter as an allreduce of all (bytes) into out (sendbuf:
+ * in place), our segment then moved to the start of recvbuf. */
+static flx_status_t reduce_scatter_by_allreduce(flx_comm_h comm, const void *sendbuf, char *out,
+                                                void *recvbuf, size_t recvcount, flx_dtype_t dtype,
+                                                flx_op_t op, flx_algo_t algo)
+{
+    const size_t count = recvcount * (size_t)comm->size, bytes = recvcount * flx_dtype_size(dtype);
+    flx_status_t st;
+
+    switch (algo) {
+    case FLX_ALGO_TREE: st = coll_allreduce_tree(comm, sendbuf, out, count, dtype, op); break;
+    case FLX_ALGO_HD: st = coll_allreduce_hd(comm, sendbuf, out, count, dtype, op); break;
+    default: st = coll_allreduce_rd(comm, sendbuf, out, count, dtype, op); break;
+    }
+    if (st == FLX_OK)
+        memmove(recvbuf, out + (size_t)comm->rank * bytes, bytes);
+    return st;
+}
+
 flx_status_t flx_reduce_scatter(flx_comm_h comm, const void *sendbuf, void *recvbuf,
                                 size_t recvcount, flx_dtype_t dtype, flx_op_t op)
 {
     flx_status_t st = check_common(comm, "flx_reduce_scatter", recvcount, dtype,
                                    comm ? (size_t)comm->size : 1);
     size_t es, bytes, *off, *len;
-    char *work;
+    flx_algo_t algo;
 
     if (st != FLX_OK)
         return st;
@@ -400,8 +460,9 @@ flx_status_t flx_reduce_scatter(flx_comm_h comm, const void *sendbuf, void *recv
         return FLX_ERR_INVALID_ARG;
     if ((st = comm_enter(comm)) != FLX_OK)
         return st;
-    coll_begin(comm, COLL_REDUCE_SCATTER, FLX_ALGO_RING, dtype, op, recvcount,
-               "reduce_scatter");
+    algo = comm->size > 1 && recvcount > 0 ? pick_reduce_scatter(comm, bytes * (size_t)comm->size)
+                                           : FLX_ALGO_RING; /* as flx_reduce_scatter_algo */
+    coll_begin(comm, COLL_REDUCE_SCATTER, algo, dtype, op, recvcount, "reduce_scatter");
     if (comm->size == 1) {
         if (sendbuf != recvbuf && bytes)
             memcpy(recvbuf, sendbuf, bytes);
@@ -409,28 +470,47 @@ flx_status_t flx_reduce_scatter(flx_comm_h comm, const void *sendbuf, void *recv
     }
     if (recvcount == 0) /* nothing to move, but the empty messages carry the count */
         return comm_leave(comm, coll_barrier_dissemination(comm));
-    /* in place works in recvbuf itself; otherwise on a copy of sendbuf */
+    if (algo != FLX_ALGO_RING) { /* an allreduce; out of place into scratch */
+        char *out = sendbuf == recvbuf ? recvbuf
+                                       : coll_scratch_slot(comm, 1, bytes * (size_t)comm->size);
+        if (out == NULL)
+            return comm_leave(comm, FLX_ERR_NO_MEMORY);
+        return comm_leave(comm, reduce_scatter_by_allreduce(comm, sendbuf, out, recvbuf,
+                                                            recvcount, dtype, op, algo));
+    }
+    /* The ring.  In place works in recvbuf itself.  Out of place reads
+     * sendbuf and never copies it: each step's segment is received into
+     * scratch (at its offset, as in the input) and reduced there with the
+     * input's, and our own segment r, the last step's, straight into
+     * recvbuf.  Segments r-1 (sent from the input) and r live nowhere
+     * else, so 2 ranks need no scratch for data at all. */
     {
         const size_t all = bytes * (size_t)comm->size;
         const size_t meta = 2 * (size_t)comm->size * sizeof(size_t);
-        char *slot = coll_scratch_slot(comm, 1, meta + (sendbuf == recvbuf ? 0 : all));
+        const int inplace = sendbuf == recvbuf;
+        char *slot = coll_scratch_slot(comm, 1, meta + (inplace || comm->size == 2 ? 0 : all));
 
         if (slot == NULL)
             return comm_leave(comm, FLX_ERR_NO_MEMORY);
         off = (size_t *)slot;
         len = off + comm->size;
-        work = sendbuf == recvbuf ? recvbuf : slot + meta;
-        if (work != recvbuf)
-            memcpy(work, sendbuf, all);
-    }
-    for (int i = 0; i < comm->size; i++) {
-        off[i] = (size_t)i * recvcount;
-        len[i] = recvcount;
-    }
-    st = coll_ring_reduce_scatter(comm, work, off, len, dtype, op, 0);
-    if (st == FLX_OK) {
-        flx_reduce_finish(work + (size_t)comm->rank * bytes, recvcount, dtype, op, comm->size);
-        memmove(recvbuf, work + (size_t)comm->rank * bytes, bytes);
+        for (int i = 0; i < comm->size; i++) {
+            off[i] = (size_t)i * recvcount;
+            len[i] = recvcount;
+        }
+        if (inplace) {
+            char *own = (char *)recvbuf + (size_t)comm->rank * bytes;
+            st = coll_ring_reduce_scatter(comm, NULL, recvbuf, NULL, off, len, dtype, op, 0);
+            if (st == FLX_OK) {
+                flx_reduce_finish(own, recvcount, dtype, op, comm->size);
+                memmove(recvbuf, own, bytes);
+            }
+        } else {
+            st = coll_ring_reduce_scatter(comm, sendbuf, slot + meta, recvbuf, off, len, dtype,
+                                          op, 0);
+            if (st == FLX_OK)
+                flx_reduce_finish(recvbuf, recvcount, dtype, op, comm->size);
+        }
     }
     return comm_leave(comm, st);
 }

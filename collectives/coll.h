@@ -14,10 +14,13 @@ void *coll_scratch_slot(flx_comm_h comm, int slot, size_t bytes);
 void comm_async_stop(flx_comm_h comm);
 
 /* ring: reduce-scatter then allgather over segments off[i], len[i] (in
- * elements).  After the reduce-scatter rank r holds segment r reduced. */
-flx_status_t coll_ring_reduce_scatter(flx_comm_h comm, void *buf, const size_t *off,
-                                      const size_t *len, flx_dtype_t dtype, flx_op_t op,
-                                      uint32_t phase0);
+ * elements).  After the reduce-scatter rank r holds segment r reduced: in
+ * place (src NULL) in buf; out of place (src, read and never written: the
+ * input, segments at the same offsets) at own, where buf is scratch that
+ * receives the other segments (own NULL: segment r too). */
+flx_status_t coll_ring_reduce_scatter(flx_comm_h comm, const void *src, void *buf, void *own,
+                                      const size_t *off, const size_t *len, flx_dtype_t dtype,
+                                      flx_op_t op, uint32_t phase0);
 flx_status_t coll_ring_allgather(flx_comm_h comm, const void *own, void *buf, const size_t *off,
                                  const size_t *len, size_t esize, uint32_t phase0);
 

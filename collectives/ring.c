@@ -57,6 +57,8 @@ typedef struct {
     size_t elems;             /* elements per chunk                          */
     size_t nch;               /* chunks of the largest segment               */
     int nbuf;                 /* in place: step buffers (0 out of place)     */
+    char *own;                /* reduce-scatter out of place: where segment r
+                                 is received and reduced (NULL: in base)     */
     tl_req_t *rs_rreq;        /* reduce-scatter: receives, (n-1) steps of nch */
     tl_req_t *rs_sreq;        /* ... sends, (n-1) steps of nch               */
     char *tmp;                /* ... nbuf step buffers of the largest segment */
@@ -170,12 +172,20 @@ static flx_status_t ag_forward(flx_comm_h comm, char *base, const size_t *off, c
     return st;
 }
 
+/* Where the reduce-scatter reduces segment seg: in base, or our own
+ * segment r at w->own when the caller gave one. */
+static char *rs_seg(char *base, const size_t *off, size_t es, const ring_ws_t *w, int seg, int r)
+{
+    return seg == r && w->own ? w->own : base + off[seg] * es;
+}
+
 /* Where the reduce-scatter's step s receives: its segment of the output
  * (out of place) or its step buffer. */
 static char *rs_dest(char *base, const size_t *off, size_t es, const ring_ws_t *w, int rseg,
-                     int s)
+                     int s, int r)
 {
-    return w->nbuf ? w->tmp + (size_t)(s % w->nbuf) * w->tmp_len : base + off[rseg] * es;
+    return w->nbuf ? w->tmp + (size_t)(s % w->nbuf) * w->tmp_len
+                   : rs_seg(base, off, es, w, rseg, r);
 }
 
 /* post the reduce-scatter's receives of step s (segment r-2-s) */
@@ -183,7 +193,7 @@ static flx_status_t rs_post(flx_comm_h comm, char *base, const size_t *off, cons
                             size_t es, uint32_t phase0, const ring_ws_t *w, int s)
 {
     const int n = comm->size, rseg = topo_mod(comm->rank - 2 - s, n);
-    char *t = rs_dest(base, off, es, w, rseg, s);
+    char *t = rs_dest(base, off, es, w, rseg, s, comm->rank);
     flx_status_t st = FLX_OK;
 
     for (size_t j = 0; j < seg_chunks(len[rseg], w->elems) && st == FLX_OK; j++) {
@@ -227,7 +237,8 @@ static flx_status_t ring_rs(flx_comm_h comm, char *base, const char *src, const 
     for (int s = 0; s < n - 1 && st == FLX_OK; s++) {
         int rseg = topo_mod(r - 2 - s, n);
         size_t rch = seg_chunks(len[rseg], elems);
-        char *t = rs_dest(base, off, es, w, rseg, s);
+        char *t = rs_dest(base, off, es, w, rseg, s, r);
+        char *seg = rs_seg(base, off, es, w, rseg, r);
 
         /* step s - 1 is done: its buffer takes step s + ahead - 1 */
         if (s > 0 && s + ahead - 1 < n - 1)
@@ -239,7 +250,7 @@ static flx_status_t ring_rs(flx_comm_h comm, char *base, const char *src, const 
             st = coll_wait(comm, &w->rs_rreq[(size_t)s * nch + j]);
             if (st != FLX_OK)
                 break;
-            dst = base + (off[rseg] + co) * es;
+            dst = seg + co * es;
             flx_reduce(dst, src ? src + (off[rseg] + co) * es : t + co * es, cl, dtype, op);
             if (s + 1 < n - 1) {
                 st = coll_send(comm, next, COLL_STEP(phase0 + s + 1, j), dst, cl * es,
@@ -267,16 +278,17 @@ static flx_status_t rs_wait_sends(flx_comm_h comm, const size_t *len, const ring
     return st;
 }
 
-flx_status_t coll_ring_reduce_scatter(flx_comm_h comm, void *buf, const size_t *off,
-                                      const size_t *len, flx_dtype_t dtype, flx_op_t op,
-                                      uint32_t phase0)
+flx_status_t coll_ring_reduce_scatter(flx_comm_h comm, const void *src, void *buf, void *own,
+                                      const size_t *off, const size_t *len, flx_dtype_t dtype,
+                                      flx_op_t op, uint32_t phase0)
 {
     ring_ws_t w;
-    flx_status_t st = ring_ws(comm, len, flx_dtype_size(dtype), 1, 0, &w);
+    flx_status_t st = ring_ws(comm, len, flx_dtype_size(dtype), src ? 2 : 1, 0, &w);
 
     if (st != FLX_OK || w.nch == 0)
         return st;
-    st = ring_rs(comm, buf, NULL, off, len, dtype, op, phase0, &w, 0);
+    w.own = src ? own : NULL;
+    st = ring_rs(comm, buf, src, off, len, dtype, op, phase0, &w, 0);
     return st == FLX_OK ? rs_wait_sends(comm, len, &w) : st;
 }
 

@@ -177,11 +177,11 @@ static void bench_append_cols(char *row, size_t len, double mean_s, double algbw
 
 /* the lines from "# time" to the column units; last_col: a title after p99
  * ("" for none) */
-static void bench_print_columns(int allreduce, int iters, const char *last_col)
+/* busbw_doc: "2(n-1)/n" (allreduce), "(n-1)/n, size = gathered total"... */
+static void bench_print_columns(const char *busbw_doc, int iters, const char *last_col)
 {
     printf("# time  : mean time per iteration of the slowest rank (max over ranks)\n");
-    printf("# algbw : size / time, GB/s = 1e9 B/s; busbw = algbw * %s\n",
-           allreduce ? "2(n-1)/n" : "(n-1)/n, size = gathered total");
+    printf("# algbw : size / time, GB/s = 1e9 B/s; busbw = algbw * %s\n", busbw_doc);
     printf("# min, p50, p99 : per-iteration times of the out-of-place run: each rank's\n"
            "#   nearest-rank percentiles over its %d iterations, the slowest rank's (us)\n#\n",
            iters);

@@ -5,7 +5,8 @@
 #   scripts/compare-mpi.sh [options] [BUILD_DIR]
 #
 # BUILD_DIR (or $FLX_BUILD, default: the current directory) holds flxrun,
-# flx-allreduce-perf and flx-allgather-perf.  The script builds
+# flx-allreduce-perf and flx-allgather-perf (and flx-reduce-scatter-perf for
+# -C reduce_scatter).  The script builds
 # scripts/mpi-coll-bench.c with mpicc into a temporary directory, then for
 # each rank count N (default 2 and 4) runs R repetitions (default 5) of, in
 # alternating order,
@@ -13,6 +14,8 @@
 #   flxrun -n N flx-allreduce-perf ...   vs  mpirun ... mpi-coll-bench allreduce ...
 #   flxrun -n N flx-allgather-perf ...   vs  mpirun ... mpi-coll-bench allgather ...
 #
+# (-C picks the collectives: also reduce_scatter, flx-reduce-scatter-perf
+# against MPI_Reduce_scatter_block, float sum, the size each rank's input)
 # over the same sizes (default 4 B .. 64 MiB, factor 2), float (sum for
 # allreduce), with the same warm-up / iteration scheme, and prints per
 # collective and N: size, the median over the repetitions of the out-of-place
@@ -60,13 +63,14 @@ script_dir=$(cd "$(dirname "$0")" && pwd)
 
 usage() {
     cat <<EOF
-usage: $prog [-B mpi|gloo] [-G "GLOO OPTS"] [-r REPS] [-N "2 4"] [-b MIN] [-e MAX]
+usage: $prog [-B mpi|gloo] [-G "GLOO OPTS"] [-C "allreduce allgather"] [-r REPS] [-N "2 4"] [-b MIN] [-e MAX]
              [-n ITERS] [-w WARMUP] [-c 0|1] [-s mean|p50] [-p] [-k LOGDIR] [-t SECONDS] [BUILD_DIR]
        $prog [-s mean|p50] -R RESULTS  (the report again, from a results.txt kept with -k)
   BUILD_DIR  where flxrun and flx-*-perf are (default: \$FLX_BUILD or .)
   -B BASE    what flexcoll is compared with: mpi (Open MPI, default) or gloo
   -G OPTS    more options for gloo-coll-bench (-a ALGO, -m async|sync|both; loopback only;
              the sweep's -b -e -n -w -c are this script's and come after, so they win)
+  -C LIST    collectives (default "allreduce allgather"; also reduce_scatter, with -B mpi)
   -r REPS    repetitions of each run, alternating flexcoll and MPI (default 5)
   -N LIST    rank counts (default "2 4")
   -b MIN     smallest size (default 4)         -e MAX  largest size (default 64M)
@@ -94,9 +98,11 @@ stat=mean
 base=mpi
 gloo_opts=""
 paired=""
-while getopts ":B:G:r:N:b:e:n:w:c:k:t:R:s:ph" opt; do
+colls="allreduce allgather"
+while getopts ":B:G:C:r:N:b:e:n:w:c:k:t:R:s:ph" opt; do
     case $opt in
     B) base=$OPTARG ;;
+    C) colls=$OPTARG ;;
     G) gloo_opts=$OPTARG ;;
     r) reps=$OPTARG ;;
     N) nlist=$OPTARG ;;
@@ -156,6 +162,15 @@ case $base in
 mpi | gloo) ;;
 *) echo "$prog: -B takes mpi or gloo, not '$base'" >&2; exit 2 ;;
 esac
+[ -n "${colls// /}" ] || { echo "$prog: -C needs collectives, not an empty list" >&2; exit 2; }
+for coll in $colls; do
+    case $coll in
+    allreduce | allgather) ;;
+    reduce_scatter)
+        [ "$base" = mpi ] || { echo "$prog: -C reduce_scatter is for -B mpi (gloo-coll-bench has none)" >&2; exit 2; } ;;
+    *) echo "$prog: -C takes allreduce, allgather and reduce_scatter, not '$coll'" >&2; exit 2 ;;
+    esac
+done
 if [ -n "$gloo_opts" ] && [ "$base" != gloo ]; then
     echo "$prog: -G is for -B gloo" >&2
     exit 2
@@ -173,7 +188,8 @@ esac
 # (impl: flexcoll, or the baseline: mpi or gloo)
 # has_rows RESULTS: exit 1 with one line unless RESULTS holds result rows
 has_rows() {
-    awk '($1 == "flexcoll" || $1 == "mpi" || $1 == "gloo") && ($2 == "allreduce" || $2 == "allgather") &&
+    awk '($1 == "flexcoll" || $1 == "mpi" || $1 == "gloo") &&
+         ($2 == "allreduce" || $2 == "allgather" || $2 == "reduce_scatter") &&
          $3 ~ /^[0-9]+$/ && $5 ~ /^[0-9]+$/ { ok = 1; exit } END { exit !ok }' "$1" && return 0
     echo "$prog: error: no result rows in $1 (impl coll n rep size time_us busbw wrong p50_us)" >&2
     exit 1
@@ -188,7 +204,7 @@ report() {
         echo "$prog: error: $res has no p50 column (kept by an older version); use -s mean" >&2
         exit 1
     fi
-    for coll in allreduce allgather; do
+    for coll in allreduce allgather reduce_scatter; do
         for n in $(awk -v c="$coll" '$2 == c { print $3 }' "$res" | sort -n | uniq); do
             awk -v coll="$coll" -v n="$n" -v col="$statcol" -v L="$label" -v bk="${label,,}" '
             # c2c.txt rows: coll n rep size|all round_trip_ns (n/a: not measured)
@@ -237,7 +253,9 @@ report() {
             }
             END {
                 factor = coll == "allreduce" ? 2 * (n - 1) / n : (n - 1) / n
-                what = coll == "allreduce" ? "allreduce (float, sum)" : "allgather (float; size = gathered total)"
+                what = coll == "allreduce" ? "allreduce (float, sum)" : \
+                       coll == "allgather" ? "allgather (float; size = gathered total)" : \
+                       "reduce_scatter (float, sum; size = the input of each rank)"
                 printf "\n== %s, N=%d ==\n", what, n
                 printf "%12s  %14s  %14s  %8s  %10s  %10s  %7s\n", "size (B)", "flexcoll (us)", L " (us)",
                        L "/flx", "flx busbw", L " busbw", "c2c ns"
@@ -312,7 +330,9 @@ if [ ! -d "$build" ]; then
     exit 1
 fi
 build=$(cd "$build" && pwd)
-for f in flxrun flx-allreduce-perf flx-allgather-perf; do
+tools="flxrun"
+for coll in $colls; do tools+=" flx-${coll//_/-}-perf"; done
+for f in $tools; do
     if [ ! -x "$build/$f" ]; then
         echo "$prog: error: $build/$f not found or not executable" \
              "(pass the build directory, or set FLX_BUILD; run make there first)" >&2
@@ -382,7 +402,7 @@ run_one() {
 
     if [ "$impl" = flexcoll ]; then
         cmd=(env -u FLX_ROOT FLX_SOCKET_IFNAME=lo
-             "$build/flxrun" -n "$n" -t "$limit" "$build/flx-$coll-perf" "${sweep[@]}")
+             "$build/flxrun" -n "$n" -t "$limit" "$build/flx-${coll//_/-}-perf" "${sweep[@]}")
     elif [ "$impl" = gloo ]; then
         # a fresh rendezvous directory per run: Gloo's FileStore keys must not exist yet
         mkdir -p "$tmp/store-$coll-n$n-rep$rep$tag"
@@ -394,7 +414,7 @@ run_one() {
              --mca pml ob1 --mca btl "tcp,self" --mca btl_tcp_if_include lo
              --mca oob_tcp_if_include lo "$tmp/mpi-coll-bench" "$coll" "${sweep[@]}")
     fi
-    printf '# rep %d/%d  N=%d  %-9s %-8s%s ... ' "$rep" "$reps" "$n" "$coll" "$impl" "${tag:+ ${tag#-} B}" >&2
+    printf '# rep %d/%d  N=%d  %-14s %-8s%s ... ' "$rep" "$reps" "$n" "$coll" "$impl" "${tag:+ ${tag#-} B}" >&2
     t0=$(date +%s)
     if ! "${cmd[@]}" >"$log" 2>&1; then
         echo "FAILED" >&2
@@ -441,16 +461,16 @@ run_pair() {
 
 for n in $nlist; do
     for rep in $(seq 1 "$reps"); do
-        for coll in allreduce allgather; do
+        for coll in $colls; do
             if [ -z "$paired" ]; then
                 run_pair "$coll" "$n" "$rep" "$rep"
                 continue
             fi
             i=0
             for ((size = lo; size <= hi; size *= 2)); do
-                # a sweep has no row below one float (per rank, for the allgather)
+                # a sweep has no row below one float (per rank, but for the allreduce)
                 [ "$size" -lt 4 ] && continue
-                [ "$coll" = allgather ] && [ "$size" -lt $((4 * n)) ] && continue
+                [ "$coll" != allreduce ] && [ "$size" -lt $((4 * n)) ] && continue
                 sweep=(-b "$size" -e "$size" -n "$iters" -w "$warmup" -c "$check")
                 tag=-$size
                 run_pair "$coll" "$n" "$rep" $((rep + i))

@@ -474,7 +474,8 @@ void header(const bench &b)
         printf("# sync mode up to %zu B (2 x min(net.core.wmem_max, 32 MiB): above it both "
                "partners of a step can block in send)\n#\n",
                b.sync_max_bytes);
-    bench_print_columns(a.coll == BENCH_ALLREDUCE, a.sw.iters, "algorithm");
+    bench_print_columns(a.coll == BENCH_ALLREDUCE ? "2(n-1)/n" : "(n-1)/n, size = gathered total",
+                        a.sw.iters, "algorithm");
 }
 
 /* Is algorithm k (+ ALGO_COUNT: sync) the last async one still run?  It is

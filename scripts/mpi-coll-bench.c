@@ -1,18 +1,20 @@
-/* mpi-coll-bench.c -- MPI_Allreduce / MPI_Allgather timed exactly as the
+/* mpi-coll-bench.c -- MPI_Allreduce / MPI_Allgather / MPI_Reduce_scatter_block
+ * timed exactly as the
  * flx-*-perf tools time flexcoll, so that scripts/compare-mpi.sh can line the
  * two up: same size sweep, warm-up and iteration scheme, same columns.
  *
  *   mpicc -O2 -o mpi-coll-bench mpi-coll-bench.c -lm
  *   mpirun -np 4 ./mpi-coll-bench allreduce -b 4 -e 64M -f 2 -n 20 -w 5
  *
- * Collective: allreduce (float, sum) or allgather (float; the size is the
- * gathered total, count per rank).  Per size and placement (out-of-place,
+ * Collective: allreduce (float, sum), allgather (float; the size is the
+ * gathered total, count per rank) or reduce_scatter (float, sum; the size is
+ * each rank's input, count per rank of the result).  Per size and placement (out-of-place,
  * then in-place with MPI_IN_PLACE): -w warm-up calls, barrier, -n timed
  * calls each timed on its own; time = mean of the slowest rank; min/p50/p99
  * of the out-of-place iterations: each rank's nearest-rank percentiles, the
  * slowest rank's of each.  -c 1 checks one call on exact data in an
  * untimed pass.  algbw = size / time (1e9 B/s); busbw = algbw * 2(n-1)/n
- * (allreduce), algbw * (n-1)/n (allgather).  Standalone: it does not use
+ * (allreduce), algbw * (n-1)/n (allgather, reduce_scatter).  Standalone: it does not use
  * flexcoll (coll-bench.h beside it holds what it shares with
  * gloo-coll-bench.cc).
  */
@@ -23,7 +25,9 @@
 #include <getopt.h>
 #include <unistd.h>
 
-enum { BENCH_ALLREDUCE, BENCH_ALLGATHER };
+enum { BENCH_ALLREDUCE, BENCH_ALLGATHER, BENCH_REDUCE_SCATTER };
+
+static const char *const bench_colls[] = {"allreduce", "allgather", "reduce_scatter"};
 
 typedef struct {
     int coll;
@@ -46,7 +50,7 @@ typedef struct {
 
 static void bench_usage(FILE *out)
 {
-    fprintf(out, "usage: mpi-coll-bench allreduce|allgather [-b min] [-e max] [-f factor | -i step]"
+    fprintf(out, "usage: mpi-coll-bench allreduce|allgather|reduce_scatter [-b min] [-e max] [-f factor | -i step]"
                  " [-n iters] [-w warmup] [-c 0|1]\n");
 }
 
@@ -77,14 +81,14 @@ static int bench_parse(bench_args_t *a, int quiet, int argc, char **argv)
             fprintf(stderr, "mpi-coll-bench: bad option '%s'\n", argv[optind - 1]);
         return -1;
     }
-    if (optind + 1 == argc && strcmp(argv[optind], "allreduce") == 0)
-        a->coll = BENCH_ALLREDUCE;
-    else if (optind + 1 == argc && strcmp(argv[optind], "allgather") == 0)
-        a->coll = BENCH_ALLGATHER;
+    for (int k = 0; k < 3 && optind + 1 == argc; k++)
+        if (strcmp(argv[optind], bench_colls[k]) == 0)
+            a->coll = k;
     if (a->coll < 0 || a->sw.min_bytes > a->sw.max_bytes ||
         (a->sw.min_bytes == 0 && a->sw.step_factor)) {
         if (!quiet) {
-            fprintf(stderr, "mpi-coll-bench: need one collective (allreduce or allgather) "
+            fprintf(stderr, "mpi-coll-bench: need one collective (allreduce, allgather or "
+                            "reduce_scatter) "
                             "and minbytes <= maxbytes (> 0 with a factor)\n");
             bench_usage(stderr);
         }
@@ -98,6 +102,9 @@ static int bench_call(bench_t *b, size_t count, int in_place)
     if (b->args.coll == BENCH_ALLREDUCE)
         return MPI_Allreduce(in_place ? MPI_IN_PLACE : b->sendbuf, b->recvbuf, (int)count,
                              MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (b->args.coll == BENCH_REDUCE_SCATTER) /* in place: the input in recvbuf, result at its start */
+        return MPI_Reduce_scatter_block(in_place ? MPI_IN_PLACE : b->sendbuf, b->recvbuf,
+                                        (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     return MPI_Allgather(in_place ? MPI_IN_PLACE : b->sendbuf, (int)count, MPI_FLOAT, b->recvbuf,
                          (int)count, MPI_FLOAT, MPI_COMM_WORLD);
 }
@@ -106,6 +113,11 @@ static void bench_prepare(bench_t *b, size_t count, int in_place)
 {
     if (b->args.coll == BENCH_ALLREDUCE) {
         bench_fill(in_place ? b->recvbuf : b->sendbuf, count, b->rank);
+        if (!in_place)
+            memset(b->recvbuf, 0xa5, count * sizeof(float));
+    } else if (b->args.coll == BENCH_REDUCE_SCATTER) {
+        size_t total = count * (size_t)b->nranks;
+        bench_fill(in_place ? b->recvbuf : b->sendbuf, total, b->rank);
         if (!in_place)
             memset(b->recvbuf, 0xa5, count * sizeof(float));
     } else {
@@ -124,6 +136,14 @@ static long long bench_wrong(const bench_t *b, size_t count)
 
             for (int r = 0; r < b->nranks; r++)
                 want += bench_value(r, i);
+            wrong += b->recvbuf[i] != (float)want;
+        }
+    } else if (b->args.coll == BENCH_REDUCE_SCATTER) {
+        for (size_t i = 0; i < count; i++) {
+            double want = 0;
+
+            for (int r = 0; r < b->nranks; r++)
+                want += bench_value(r, (size_t)b->rank * count + i);
             wrong += b->recvbuf[i] != (float)want;
         }
     } else {
@@ -196,14 +216,16 @@ static void bench_header(const bench_t *b)
     if (nl != NULL)
         *nl = '\0';
     bench_format_step(step, sizeof(step), &a->sw);
-    printf("# Collective test starting: mpi-coll-bench %s\n",
-           a->coll == BENCH_ALLREDUCE ? "allreduce" : "allgather");
+    printf("# Collective test starting: mpi-coll-bench %s\n", bench_colls[a->coll]);
     printf("# nRanks %d net mpi minBytes %zu maxBytes %zu step: %s warmup iters: %d "
            "iters: %d validation: %d blocking: 1\n",
            b->nranks, a->sw.min_bytes, a->sw.max_bytes, step, a->sw.warmup, a->sw.iters,
            a->sw.check);
     printf("#\n# %s\n#\n", lib);
-    bench_print_columns(a->coll == BENCH_ALLREDUCE, a->sw.iters, "");
+    bench_print_columns(a->coll == BENCH_ALLREDUCE  ? "2(n-1)/n"
+                        : a->coll == BENCH_ALLGATHER ? "(n-1)/n, size = gathered total"
+                                                     : "(n-1)/n, size = each rank's input",
+                        a->sw.iters, "");
 }
 
 static int bench_run(bench_t *b)
@@ -216,6 +238,7 @@ static int bench_run(bench_t *b)
     for (size_t size = a->sw.min_bytes, next;; size = next) {
         size_t count = a->coll == BENCH_ALLREDUCE ? size / sizeof(float)
                                                   : size / sizeof(float) / (size_t)b->nranks;
+        /* the size: gathered total (allgather), each rank's input (reduce_scatter) */
         size_t bytes = count * sizeof(float) * (a->coll == BENCH_ALLREDUCE ? 1 : (size_t)b->nranks);
 
         if (count != 0) {
@@ -232,7 +255,7 @@ static int bench_run(bench_t *b)
             }
             if (b->rank == 0) {
                 snprintf(row, sizeof(row), "%12zu  %12zu  %8s  %6s  %6d", bytes, count, "float",
-                         a->coll == BENCH_ALLREDUCE ? "sum" : "none", -1);
+                         a->coll == BENCH_ALLGATHER ? "none" : "sum", -1);
                 bench_append(row, sizeof(row), &res[0]);
                 bench_append(row, sizeof(row), &res[1]);
                 bench_format_us(s1, sizeof(s1), res[0].min_s * 1e6);

@@ -210,6 +210,23 @@ static float *readonly_input(int rank, size_t count, size_t *len_p)
     return send;
 }
 
+/* readonly_input's count floats in *send_p (*len_p bytes of pages) and
+ * rbytes of output, all NaN, in *recv_p; 1 after a failure line */
+static int readonly_io(int rank, size_t count, size_t rbytes, float **send_p, size_t *len_p,
+                       float **recv_p)
+{
+    *send_p = readonly_input(rank, count, len_p);
+    *recv_p = malloc(FLX_MAX(rbytes, (size_t)1));
+    if (*send_p == NULL || *recv_p == NULL) {
+        if (*send_p)
+            munmap(*send_p, *len_p);
+        free(*recv_p);
+        return *send_p ? mp_fail(rank, "out of memory") : 1;
+    }
+    memset(*recv_p, 0xff, rbytes); /* NaN everywhere */
+    return 0;
+}
+
 /* An out-of-place allreduce whose send buffer is in read-only pages: no
  * algorithm writes it (a write would kill the rank), and the result is
  * exact.  The ring reads it directly instead of a copy. */
@@ -217,17 +234,12 @@ static int check_allreduce_readonly(flx_comm_h comm, int rank, int size, flx_alg
                                     size_t count)
 {
     size_t len = 0;
-    float *send = readonly_input(rank, count, &len);
-    float *recv = malloc(FLX_MAX(count * sizeof(float), (size_t)1));
+    float *send, *recv;
     flx_status_t st;
     int rc = 0;
 
-    if (send == NULL || recv == NULL) {
-        if (send)
-            munmap(send, len);
-        free(recv);
-        return send ? mp_fail(rank, "out of memory") : 1;
-    }
+    if (readonly_io(rank, count, count * sizeof(float), &send, &len, &recv))
+        return 1;
     st = flx_allreduce(comm, send, recv, count, FLX_FLOAT32, FLX_SUM, algo);
     if (st != FLX_OK)
         rc = mp_fail(rank, "allreduce %s n=%zu from read-only memory: %s", flx_algo_name(algo),
@@ -277,19 +289,13 @@ static int body_allreduce(flx_comm_h comm, int rank, int size, void *arg)
 static int check_allgather_readonly(flx_comm_h comm, int rank, int size, flx_algo_t algo,
                                     size_t count)
 {
-    size_t len = 0, rlen = (size_t)size * FLX_MAX(count * sizeof(float), (size_t)1);
-    float *send = readonly_input(rank, count, &len);
-    float *recv = malloc(rlen);
+    size_t len = 0;
+    float *send, *recv;
     flx_status_t st;
     int rc = 0;
 
-    if (send == NULL || recv == NULL) {
-        if (send)
-            munmap(send, len);
-        free(recv);
-        return send ? mp_fail(rank, "out of memory") : 1;
-    }
-    memset(recv, 0xff, rlen); /* NaN everywhere */
+    if (readonly_io(rank, count, (size_t)size * count * sizeof(float), &send, &len, &recv))
+        return 1;
     st = flx_allgather(comm, send, recv, count, FLX_FLOAT32, algo);
     if (st != FLX_OK)
         rc = mp_fail(rank, "allgather %s n=%zu from read-only memory: %s", flx_algo_name(algo),
@@ -387,6 +393,39 @@ static int body_bcast(flx_comm_h comm, int rank, int size, void *arg)
     return 0;
 }
 
+/* An out-of-place reduce-scatter from read-only pages: the input is read,
+ * never written or copied (a write would kill the rank), our segment lands
+ * in recv (NaN before) and nothing past it is touched (guard floats). */
+static int check_reduce_scatter_readonly(flx_comm_h comm, int rank, int size, size_t count)
+{
+    enum { GUARD = 16 };
+    size_t len = 0;
+    float *send, *recv;
+    flx_status_t st;
+    int rc = 0;
+
+    if (readonly_io(rank, count * (size_t)size, (count + GUARD) * sizeof(float), &send, &len,
+                    &recv))
+        return 1;
+    st = flx_reduce_scatter(comm, send, recv, count, FLX_FLOAT32, FLX_SUM);
+    if (st != FLX_OK)
+        rc = mp_fail(rank, "reduce_scatter n=%zu from read-only memory: %s", count,
+                     flx_status_string(st));
+    for (size_t i = 0; i < count && rc == 0; i++) {
+        float want = (float)reference(size, (size_t)rank * count + i, FLX_SUM, FLX_FLOAT32);
+        if (recv[i] != want)
+            rc = mp_fail(rank, "reduce_scatter n=%zu from read-only memory: [%zu] = %g, want %g",
+                         count, i, recv[i], want);
+    }
+    for (size_t i = count; i < count + GUARD && rc == 0; i++)
+        if (recv[i] == recv[i]) /* no longer NaN */
+            rc = mp_fail(rank, "reduce_scatter n=%zu wrote past its output: [%zu] = %g", count, i,
+                         recv[i]);
+    munmap(send, len);
+    free(recv);
+    return rc;
+}
+
 static int body_reduce_scatter(flx_comm_h comm, int rank, int size, void *arg)
 {
     size_t sizes[8];
@@ -429,6 +468,10 @@ static int body_reduce_scatter(flx_comm_h comm, int rank, int size, void *arg)
             }
         }
     }
+    /* one element each, and 4 MiB in all (segments of one or more pipeline chunks) */
+    if (check_reduce_scatter_readonly(comm, rank, size, 1) ||
+        check_reduce_scatter_readonly(comm, rank, size, BIG_BYTES / sizeof(float) / (size_t)size + 3))
+        return 1;
     return 0;
 }
 
@@ -709,6 +752,86 @@ START_TEST(test_model_refresh)
 }
 END_TEST
 
+/* The reduce-scatter's choice on a fixed link model (FLX_ALPHA 20us,
+ * FLX_BETA 1G, no calibration): the ring's N-1 steps, or an allreduce's
+ * fewer where latency dominates: 4 ranks' 16 B by recursive doubling
+ * (2 steps, 40 us, against the ring's 3, 60 us); 2 and 3 ranks always the
+ * ring (recursive doubling is no shorter there); 1 MiB a rank the ring
+ * (bandwidth).  Every rank picks alike, and the result of each choice is
+ * exact.  arg: FLX_ALGO, NULL for auto. */
+static flx_algo_t algo_named(const char *name)
+{
+    for (int a = 0; a < FLX_ALGO_COUNT; a++)
+        if (strcmp(flx_algo_name((flx_algo_t)a), name) == 0)
+            return (flx_algo_t)a;
+    return FLX_ALGO_AUTO;
+}
+
+static int body_reduce_scatter_algo(flx_comm_h comm, int rank, int size, void *arg)
+{
+    const char *forced = arg;
+    const size_t counts[] = {4, 1 << 18};
+    int32_t picks[2], all[2 * 8];
+
+    for (int k = 0; k < 2; k++) {
+        flx_algo_t want = forced ? algo_named(forced)
+                          : k == 0 && size >= 4 && (size & (size - 1)) == 0 ? FLX_ALGO_RD
+                                                                               : FLX_ALGO_RING;
+        flx_algo_t got = flx_reduce_scatter_algo(comm, counts[k], FLX_FLOAT32);
+        if (got != want)
+            return mp_fail(rank, "reduce-scatter of %zu floats a rank on %d ranks: %s, want %s",
+                           counts[k], size, flx_algo_name(got), flx_algo_name(want));
+        picks[k] = (int32_t)got;
+    }
+    if (size <= 8 && flx_allgather(comm, picks, all, 2, FLX_INT32, FLX_ALGO_AUTO) != FLX_OK)
+        return mp_fail(rank, "allgather failed");
+    for (int r = 0; r < size && size <= 8; r++)
+        if (all[2 * r] != picks[0] || all[2 * r + 1] != picks[1])
+            return mp_fail(rank, "rank %d picked otherwise", r);
+    for (int k = 0; k < 2; k++) {
+        size_t total = counts[k] * (size_t)size;
+        float *in = malloc(total * sizeof(float)), *out = malloc(counts[k] * sizeof(float));
+        flx_status_t st;
+
+        if (in == NULL || out == NULL)
+            return mp_fail(rank, "out of memory");
+        for (size_t i = 0; i < total; i++)
+            in[i] = (float)input_value(rank, i, FLX_SUM, FLX_FLOAT32);
+        st = flx_reduce_scatter(comm, in, out, counts[k], FLX_FLOAT32, FLX_SUM);
+        for (size_t i = 0; st == FLX_OK && i < counts[k]; i++)
+            if (out[i] != (float)reference(size, (size_t)rank * counts[k] + i, FLX_SUM, FLX_FLOAT32))
+                return mp_fail(rank, "reduce_scatter (%s) n=%zu: [%zu] = %g, want %g",
+                               flx_algo_name((flx_algo_t)picks[k]), counts[k], i, out[i],
+                               reference(size, (size_t)rank * counts[k] + i, FLX_SUM, FLX_FLOAT32));
+        free(in);
+        free(out);
+        if (st != FLX_OK)
+            return mp_fail(rank, "reduce_scatter n=%zu: %s", counts[k], flx_status_string(st));
+    }
+    return 0;
+}
+
+START_TEST(test_reduce_scatter_algo)
+{
+    const char *forced[] = {NULL, "tree", "hd", "rd", "ring"};
+    int n = sizes_n[_i], failed = 0;
+
+    if (n < 2 || !mp_nranks_wanted(n))
+        return;
+    setenv("FLX_CALIBRATE", "no", 1);
+    setenv("FLX_ALPHA", "20us", 1);
+    setenv("FLX_BETA", "1G", 1);
+    for (size_t f = 0; f < sizeof(forced) / sizeof(forced[0]); f++) {
+        if (forced[f])
+            setenv("FLX_ALGO", forced[f], 1);
+        failed += mp_run(n, body_reduce_scatter_algo, (void *)forced[f], 240, NULL);
+    }
+    unsetenv("FLX_ALGO");
+    model_env_clear();
+    ck_assert_msg(failed == 0, "%d ranks failed (N = %d)", failed, n);
+}
+END_TEST
+
 START_TEST(test_model_late_rank)
 {
     int n = sizes_n[_i], failed;
@@ -944,6 +1067,7 @@ int main(void)
     tcase_add_loop_test(tc, test_bcast, 0, 6);
     tcase_add_loop_test(tc, test_chunked_forced, 0, 6);
     tcase_add_loop_test(tc, test_reduce_scatter, 0, 6);
+    tcase_add_loop_test(tc, test_reduce_scatter_algo, 0, 6);
     tcase_add_loop_test(tc, test_barrier_async, 0, 6);
     tcase_add_loop_test(tc, test_model_refresh, 0, 6);
     tcase_add_loop_test(tc, test_model_late_rank, 0, 6);

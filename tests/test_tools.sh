@@ -60,6 +60,17 @@ else
     "$top/flx-info" | grep -q "^# out-of-place allgather: .*no AVX streaming stores" ||
         fail "flx-info does not say that this CPU copies with memcpy"
 fi
+"$top/flx-info" | grep -q "reduce_scatter (ring; small on 4+ ranks: an allreduce, rd/tree/hd, by the link model)" ||
+    fail "flx-info does not say how the reduce-scatter is chosen"
+# flx-reduce-scatter-perf: every dtype and op on 3 ranks, each result checked exactly
+# (#wrong 0), and the algorithm of each call in its --csv
+rs_csv=$(mktemp)
+out=$("$top/flxrun" -n 3 "$top/flx-reduce-scatter-perf" -b 48 -e 196608 -f 16 -n 1 -w 0 -d all \
+    -o all --csv "$rs_csv" 2>&1) || fail "flx-reduce-scatter-perf: $out"
+echo "$out" | grep -q "Out of bounds values : 0 OK" || fail "flx-reduce-scatter-perf results: $out"
+[ "$(grep -c '^flx-reduce-scatter-perf,reduce_scatter,3,tcp,.*,ring,' "$rs_csv")" -eq 240 ] ||
+    fail "flx-reduce-scatter-perf --csv: not 4 sizes x 6 types x 5 ops x 2 placements by the ring: $(cat "$rs_csv")"
+rm -f "$rs_csv"
 FLX_TCP_LANE=shared "$top/flx-info" | grep -q "long messages on the first, FLX_TCP_LANE=shared)" ||
     fail "flx-info does not follow FLX_TCP_LANE=shared"
 FLX_TCP_SOCKETS=1 FLX_TCP_LANE=shared "$top/flx-info" | grep -q "FLX_TCP_LANE" &&

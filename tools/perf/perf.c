@@ -579,8 +579,8 @@ static void perf_encode_reduced(void *dst, flx_dtype_t dtype, flx_op_t op, int n
     }
 }
 
-uint64_t perf_count_wrong_reduce(const void *buf, size_t count, flx_dtype_t dtype,
-                                 flx_op_t op, int nranks)
+uint64_t perf_count_wrong_reduce_at(const void *buf, size_t first, size_t count,
+                                    flx_dtype_t dtype, flx_op_t op, int nranks)
 {
     size_t es = flx_dtype_size(dtype);
     const char *p = buf;
@@ -588,10 +588,16 @@ uint64_t perf_count_wrong_reduce(const void *buf, size_t count, flx_dtype_t dtyp
     char want[8];
 
     for (size_t i = 0; i < count; i++) {
-        perf_encode_reduced(want, dtype, op, nranks, i);
+        perf_encode_reduced(want, dtype, op, nranks, first + i);
         wrong += memcmp(want, p + i * es, es) != 0;
     }
     return wrong;
+}
+
+uint64_t perf_count_wrong_reduce(const void *buf, size_t count, flx_dtype_t dtype,
+                                 flx_op_t op, int nranks)
+{
+    return perf_count_wrong_reduce_at(buf, 0, count, dtype, op, nranks);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -665,11 +671,15 @@ static flx_algo_t perf_auto_algo(const perf_engine_t *eng, const perf_case_t *c)
         return flx_allreduce_algo(eng->comm, c->count, c->dtype);
     if (eng->coll->flags & PERF_COLL_ALLGATHER)
         return flx_allgather_algo(eng->comm, c->count, c->dtype);
+    if (eng->coll->flags & PERF_COLL_REDUCE_SCATTER)
+        return flx_reduce_scatter_algo(eng->comm, c->count, c->dtype);
     return FLX_ALGO_AUTO;
 }
 
 static const char *perf_algo_label(const perf_engine_t *eng, const perf_case_t *c)
 {
+    if (eng->coll->flags & PERF_COLL_REDUCE_SCATTER) /* no algo argument: FLX_ALGO or auto */
+        return flx_algo_name(perf_auto_algo(eng, c));
     if (!(eng->coll->flags & PERF_COLL_USES_ALGO))
         return "-";
     if (eng->args.algo == FLX_ALGO_AUTO)
@@ -1042,9 +1052,10 @@ static flx_status_t perf_print_header(perf_engine_t *eng)
            "iters: %d validation: %d blocking: %d algo: %s\n",
            eng->nranks, flx_comm_net_name(eng->comm), a->min_bytes, a->max_bytes, step,
            a->warmup, a->iters, a->check, eng->blocking,
-           !(coll->flags & PERF_COLL_USES_ALGO) ? "n/a"
-           : a->all_algos                     ? "all"
-                                              : flx_algo_name(a->algo));
+           (coll->flags & PERF_COLL_REDUCE_SCATTER) ? "auto"
+           : !(coll->flags & PERF_COLL_USES_ALGO)   ? "n/a"
+           : a->all_algos                           ? "all"
+                                                    : flx_algo_name(a->algo));
     printf("#\n# flexcoll %s (%s)", flx_version_string(), flx_build_features());
     if (flx_comm_link_model(eng->comm, &model) == FLX_OK)
         printf(", link model: alpha %.2f us, beta %.3f GB/s", model.alpha_s * 1e6,
@@ -1063,8 +1074,9 @@ static flx_status_t perf_print_header(perf_engine_t *eng)
                "#   time is the interval between two completions\n");
     else if (!a->blocking)
         printf("# -z 0 ignored: %s has no non-blocking form\n", coll->coll_name);
-    if ((coll->flags & PERF_COLL_USES_ALGO) && a->algo == FLX_ALGO_AUTO &&
-        (coll->flags & (PERF_COLL_ALLREDUCE | PERF_COLL_ALLGATHER)))
+    if (((coll->flags & PERF_COLL_USES_ALGO) && a->algo == FLX_ALGO_AUTO &&
+         (coll->flags & (PERF_COLL_ALLREDUCE | PERF_COLL_ALLGATHER))) ||
+        (coll->flags & PERF_COLL_REDUCE_SCATTER))
         printf("# algo auto: chosen per call (the --csv 'algo' column shows the choice)\n");
     if (a->check)
         printf("# #wrong: elements differing from the exact expected value, summed over ranks "

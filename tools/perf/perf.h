@@ -114,6 +114,10 @@ uint64_t perf_count_wrong_input(const void *buf, size_t count,
  * flx_reduce_finish does it). */
 uint64_t perf_count_wrong_reduce(const void *buf, size_t count,
                                  flx_dtype_t dtype, flx_op_t op, int nranks);
+/* The same for elements [first, first + count) of the reduction, held in
+ * buf[0, count) (a reduce-scatter's share). */
+uint64_t perf_count_wrong_reduce_at(const void *buf, size_t first, size_t count,
+                                    flx_dtype_t dtype, flx_op_t op, int nranks);
 
 /* ---------------------------------------------------------------------- */
 /* Collective description                                                  */
@@ -143,6 +147,7 @@ enum {
     PERF_COLL_NONBLOCKING = 1u << 3,  /* start() can return a request (-z 0) */
     PERF_COLL_ALLREDUCE = 1u << 4,    /* auto algorithm from flx_allreduce_algo */
     PERF_COLL_ALLGATHER = 1u << 5,    /* ... from flx_allgather_algo         */
+    PERF_COLL_REDUCE_SCATTER = 1u << 6, /* ... from flx_reduce_scatter_algo  */
 };
 
 typedef struct {
