@@ -379,19 +379,21 @@ flx_status_t flx_broadcast(flx_comm_h comm, void *buf, size_t count, flx_dtype_t
 
 /* The reduce-scatter's algorithm: the ring's reduce-scatter, or an
  * allreduce of the whole input (each rank keeps its segment) where the
- * link model says that allreduce's best algorithm beats the ring's
+ * model says that allreduce's best algorithm beats the ring's
  * reduce-scatter, which costs half a ring allreduce: at small sizes on 4
  * or more ranks, where the ring's N-1 dependent steps cost N-1 latencies
- * and recursive doubling log2 N.  Both from the link's one alpha and beta,
- * not the allreduce algorithms' own fits: those learn from allreduces, and
- * the ring's reduce-scatter has none of its own (at creation the tree's
- * predicted 78 us for 4 ranks' 16 B, where it takes 28 and the ring's
- * reduce-scatter 54).  FLX_ALGO ring keeps the ring; tree, rd or hd take
- * that allreduce. */
+ * and recursive doubling log2 N.  Both are costed with one alpha and beta:
+ * recursive doubling's fit (step for step, what an exchange between two
+ * ranks of this job costs), not the link's ping-pong, which leaves out
+ * what ranks sharing cores add to every step (4 ranks on 2 cores: 32 us a
+ * step for 16 KiB against the link's 11 us; with the link's the ring kept
+ * 16 KiB, 97 us against recursive doubling's 64).  FLX_ALGO ring keeps the
+ * ring; tree, rd or hd take that allreduce. */
 static flx_algo_t pick_reduce_scatter(flx_comm_h comm, size_t total_bytes)
 {
     const double chunk = (double)comm->cfg.chunk_size, bytes = (double)total_bytes;
-    const double a = comm->model.alpha_s, b = comm->model.beta_bytes_per_s;
+    const model_ab_t ab = model_allreduce_ab(FLX_ALGO_RD, comm->size, comm->ar);
+    const double a = ab.alpha, b = 1.0 / ab.inv_bw;
     flx_algo_t best;
 
     if (comm->cfg.algo != FLX_ALGO_AUTO)

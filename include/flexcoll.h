@@ -233,8 +233,9 @@ FLX_API double flx_allgather_predict(flx_comm_h comm, size_t count, flx_dtype_t 
                                      flx_algo_t algo);
 /* The algorithm of a reduce-scatter of recvcount elements of dtype per
  * rank: FLX_ALGO_RING (the ring's reduce-scatter), or where the model
- * predicts an allreduce of the whole input faster than half a ring
- * allreduce (small sizes), that allreduce's algorithm (rd, tree or hd),
+ * (recursive doubling's fitted alpha and beta for both) predicts an
+ * allreduce of the whole input faster than half a ring allreduce (small
+ * sizes on 4 or more ranks), that allreduce's algorithm (rd, tree or hd),
  * each rank keeping its block.  FLX_ALGO forces it (ring: the ring). */
 FLX_API flx_algo_t flx_reduce_scatter_algo(flx_comm_h comm, size_t recvcount, flx_dtype_t dtype);
 
