@@ -86,6 +86,8 @@ struct flx_comm {
     /* written by any thread, read with __atomic_load_n */
     int aborted;              /* flx_comm_abort was called               */
     int first_err;            /* the first error (flx_comm_get_async_error) */
+    uint64_t stalled_us;      /* gaps over COLL_STALL_S in this process's
+                                 waits, summed (atomic: see coll_stalled_us) */
     void *scratch[2];         /* [0] algorithms, [1] api working copies  */
     size_t scratch_len[2];
     size_t stream_min;        /* local copies above this stream (copy.h) */
@@ -133,6 +135,10 @@ typedef struct {
 } coll_clock_t;
 
 void coll_clock_start(coll_clock_t *clk);
+/* Microseconds this process spent not running inside collectives' waits
+ * (every gap coll_clock_t leaves out), since the communicator was made;
+ * any thread may read it. */
+uint64_t coll_stalled_us(flx_comm_h comm);
 /* One progress round; fails with FLX_ERR_TIMED_OUT when *waiting (may be
  * NULL) is still incomplete FLX_TIMEOUT after clk->since, gaps left out. */
 flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, coll_clock_t *clk);

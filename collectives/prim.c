@@ -61,6 +61,11 @@ flx_status_t coll_recv(flx_comm_h comm, int peer, uint32_t step, void *buf, size
 /* A longer gap between two rounds of one wait was not waiting (coll_clock_t). */
 #define COLL_STALL_S 1.0
 
+uint64_t coll_stalled_us(flx_comm_h comm)
+{
+    return __atomic_load_n(&comm->stalled_us, __ATOMIC_RELAXED);
+}
+
 void coll_clock_start(coll_clock_t *clk)
 {
     clk->since = clk->last = flx_time_coarse();
@@ -77,8 +82,11 @@ flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, coll_clock_t *clk
     if (st != FLX_OK)
         return prim_failed(comm, comm_aborted(comm) ? FLX_ERR_ABORTED : st);
     now = flx_time_coarse();
-    if (now - clk->last > COLL_STALL_S)
-        clk->since += now - clk->last; /* this process was stopped: see coll_clock_t */
+    if (now - clk->last > COLL_STALL_S) { /* this process was stopped: see coll_clock_t */
+        clk->since += now - clk->last;
+        __atomic_fetch_add(&comm->stalled_us, (uint64_t)((now - clk->last) * 1e6),
+                           __ATOMIC_RELAXED);
+    }
     clk->last = now;
     if (waiting && !waiting->complete && now - clk->since > comm->cfg.timeout_s) {
         flx_error(COLL, comm->rank,

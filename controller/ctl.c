@@ -45,7 +45,8 @@
 
 #define CTL_SAMPLE 16384      /* positions sampled for the statistics     */
 #define CTL_LAMBDA 0.3        /* weight of the newest timing in the EWMAs */
-#define CTL_AGREE_FIXED 4     /* agreed: compute, comm, select, per-rank gain */
+#define CTL_AGREE_FIXED 5     /* agreed: compute, comm, select, per-rank gain,
+                                 stopped (see ctl_take_agreed) */
 #define CTL_MARGIN 0.05       /* a new choice must score this much better */
 #define CTL_PROBE_AGE 100     /* a collective unseen this long is stale   */
 #define CTL_PROBE_WINDOW 0.5  /* ... and is tried once if this close      */
@@ -88,6 +89,7 @@ struct flx_ctl {
 
     int have_last;              /* the last step's choice, for the model    */
     int last_probe;             /* ... was a probe of a stale collective    */
+    double last_stalled_s;      /* ... this process was stopped inside it    */
     ctl_ratio_t gain_ratio[CTL_COLL_COUNT]; /* combined / predicted gain     */
     ctl_ratio_t rank_ratio[CTL_COLL_COUNT]; /* per-rank / predicted gain     */
     double last_rank_gain;      /* what this rank's last sync kept          */
@@ -462,8 +464,9 @@ static void ctl_commit_stats(flx_ctl_h h, int interval_end)
 
 static double ctl_ewma(double old, double x) { return old < 0 ? x : (1 - CTL_LAMBDA) * old + CTL_LAMBDA * x; }
 
-/* step 3: the model learns from the last step's agreed timings */
-static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double select_s)
+/* step 3: the model learns from the last step's agreed timings (not from a sync
+ * some rank was stopped in: stopped) */
+static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double select_s, int stopped)
 {
     /* alpha from 1/10 to 1000 times, B from 1/10^4 to 16 times calibration */
     double a, b, lo[2] = {h->alpha0 / 10, h->inv_bw0 / 16}, hi[2] = {h->alpha0 * 1e3, h->inv_bw0 * 1e4};
@@ -474,7 +477,7 @@ static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double selec
     double before;
     ctl_coll_t c;
 
-    if (!h->have_last)
+    if (!h->have_last || stopped)
         return;
     c = h->last.coll;
     before = h->inv_bw[c];
@@ -703,6 +706,7 @@ static void ctl_fill_timings(flx_ctl_h h, double compute_s)
     h->agree[nf + 1] = h->have_last ? h->last.time_s : 0; /* the sync's comm time */
     h->agree[nf + 2] = h->have_last ? h->last.score : 0;  /* ... and its selection */
     h->agree[nf + 3] = h->have_last ? h->last_rank_gain : 0; /* ... and this rank's gain */
+    h->agree[nf + 4] = h->have_last ? h->last_stalled_s : 0;  /* ... and this rank's stop */
 }
 
 /* step 2: the agreement of this step's statistics and timings, waited
@@ -732,7 +736,16 @@ static void ctl_take_agreed(flx_ctl_h h)
     int nf = h->o.nfractions;
     const double *a = h->agreed;
 
-    ctl_learn(h, a[nf], a[nf + 1], a[nf + 2]);
+    /* a sync during which some rank did not run (Ctrl-Z under flxrun stops
+     * every rank; a rank stopped alone keeps the others waiting) took
+     * seconds that say nothing of the network: learn nothing from its
+     * times (the agreed mean is above 0 on every rank alike) */
+    if (a[nf + 4] > 0) {
+        flx_info(CTRL, h->rank, "flx_ctl_step %llu: a rank was stopped for %.1f s in the last "
+                 "sync (mean over ranks): its times are not learnt",
+                 (unsigned long long)h->step, a[nf + 4]);
+    }
+    ctl_learn(h, a[nf], a[nf + 1], a[nf + 2], a[nf + 4] > 0);
     if (h->o.mode == FLX_CTL_GRAVAC) /* GraVAC decides on a smoothed gain */
         for (int f = 0; f < nf; f++)
             h->gain_ewma[f] = ctl_ewma(h->gain_ewma[f], a[f]);
@@ -788,6 +801,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     flx_ctl_report_t r;
     int ncand = 0, best, interval_end, accum_reset, probe = 0, measure;
     double t0 = flx_time_now(), t_agree = 0, pred_dense = 0;
+    uint64_t stalled0;
     flx_status_t st = FLX_OK;
 
     if (h == NULL || grad == NULL || !(compute_s >= 0) || !isfinite(compute_s)) {
@@ -840,6 +854,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
               (cand[best].coll == CTL_ARTOPK || cand[best].coll == CTL_TOPK_AG);
     if (measure && (st = ctl_combined_before(h, grad)) != FLX_OK)
         return ctl_step_failed(h, &saved, st);
+    stalled0 = coll_stalled_us(h->comm);
     st = ctl_run(h, &cand[best], grad, &r);
     if (st != FLX_OK)
         return ctl_step_failed(h, &saved, st);
@@ -854,6 +869,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     h->last_combined = r.combined_gain;
     h->have_last = 1;
     h->last_probe = probe;
+    h->last_stalled_s = (double)(coll_stalled_us(h->comm) - stalled0) * 1e-6;
     /* this step's statistics and timings go out now and are taken at the
      * next step, after its gradient is computed */
     st = ctl_agree_start(h, compute_s, interval_end, 0);

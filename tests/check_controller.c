@@ -9,7 +9,9 @@
 #include "tests/mp.h"
 
 #include <check.h>
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -671,6 +673,87 @@ static int body_retry(flx_comm_h comm, int rank, int size, void *arg)
     return mp_fail(rank, "the norms never changed: nothing compared");
 }
 
+/* A rank stopped inside a sync (SIGSTOP from rank 0 while rank 1 waits
+ * for it, SIGCONT 1.5 s later, as Ctrl-Z and fg do under flxrun): the
+ * stop is no network time, so the step that follows learns nothing from
+ * that sync's times (the log's alpha and bandwidth stay), where the steps
+ * before it learn every time.  Rank 1 saw the gap in its wait. */
+enum { STOP_STEP = 4, STOP_STEPS = 7 };
+
+static int body_stopped(flx_comm_h comm, int rank, int size, void *arg)
+{
+    const size_t n = 20000;
+    const char *path = arg;
+    float *g = malloc(n * sizeof(float));
+    int32_t pid = (int32_t)getpid(), pids[2];
+    ctl_line_t last[STOP_STEPS], first[STOP_STEPS];
+    flx_ctl_opts_t o;
+    flx_ctl_report_t r;
+    flx_ctl_h h;
+    uint64_t stalled0 = coll_stalled_us(comm);
+
+    (void)size;
+    if (g == NULL || flx_allgather(comm, &pid, pids, 1, FLX_INT32, FLX_ALGO_AUTO) != FLX_OK)
+        return mp_fail(rank, "allgather of pids");
+    flx_ctl_opts_default(&o);
+    o.field_mask = FLX_CTL_OPT_LOG_PATH;
+    o.log_path = rank == 0 ? path : NULL;
+    if (flx_ctl_create(comm, n, &o, &h) != FLX_OK)
+        return mp_fail(rank, "create");
+    for (int t = 0; t < STOP_STEPS; t++) {
+        for (size_t i = 0; i < n; i++)
+            g[i] = (float)sin(0.001 * (double)(i + 1) * (t + 1) + rank);
+        if (t == STOP_STEP && rank == 0) { /* rank 1 is waiting in this step's sync by now */
+            usleep(300000);
+            if (kill(pids[1], SIGSTOP) != 0)
+                return mp_fail(rank, "SIGSTOP: %s", strerror(errno));
+            usleep(1500000);
+            if (kill(pids[1], SIGCONT) != 0)
+                return mp_fail(rank, "SIGCONT: %s", strerror(errno));
+        }
+        if (flx_ctl_step(h, g, 0.01, &r) != FLX_OK)
+            return mp_fail(rank, "step %d failed", t);
+    }
+    if (flx_ctl_destroy(h) != FLX_OK)
+        return mp_fail(rank, "destroy");
+    free(g);
+    if (rank == 1 && coll_stalled_us(comm) - stalled0 < 1000000)
+        return mp_fail(rank, "stopped 1.5 s inside a wait, but %.3f s counted",
+                       (double)(coll_stalled_us(comm) - stalled0) * 1e-6);
+    if (rank != 0)
+        return 0;
+    if (ctl_log_read(path, last, first, STOP_STEPS) != STOP_STEPS)
+        return mp_fail(rank, "log %s: not %d steps", path, STOP_STEPS);
+    for (int t = 2; t < STOP_STEP; t++) /* step 1 learns nothing yet: the last step is 0's */
+        if (last[t].alpha == last[t - 1].alpha && last[t].bandwidth == last[t - 1].bandwidth)
+            return mp_fail(rank, "step %d learnt nothing from step %d (alpha %g, bandwidth %g): "
+                           "nothing to compare", t, t - 1, last[t].alpha, last[t].bandwidth);
+    if (last[STOP_STEP + 1].alpha != last[STOP_STEP].alpha ||
+        last[STOP_STEP + 1].bandwidth != last[STOP_STEP].bandwidth)
+        return mp_fail(rank, "step %d learnt from the stopped sync: alpha %g -> %g, bandwidth "
+                       "%g -> %g", STOP_STEP + 1, last[STOP_STEP].alpha,
+                       last[STOP_STEP + 1].alpha, last[STOP_STEP].bandwidth,
+                       last[STOP_STEP + 1].bandwidth);
+    return 0;
+}
+
+/* body on n ranks, its arg a fresh temporary file's path (removed after) */
+static int mp_run_with_file(int n, mp_body_t body)
+{
+    char path[] = "/tmp/check_ctl_log.XXXXXX";
+    int fd = mkstemp(path), failed;
+
+    if (fd < 0)
+        return n;
+    close(fd);
+    failed = mp_run(n, body, path, 60, NULL);
+    unlink(path);
+    return failed;
+}
+
+START_TEST(test_ctl_stopped) { ck_assert_int_eq(mp_run_with_file(2, body_stopped), 0); }
+END_TEST
+
 /* the failed step: 3 (interval 2), 0 (interval 1: the first interval is
  * critical; a retry that took the agreement twice made it not), 4 (1) */
 START_TEST(test_ctl_retry)
@@ -809,16 +892,7 @@ static int body_gravac_ewma(flx_comm_h comm, int rank, int size, void *arg)
     return 0;
 }
 
-START_TEST(test_gravac_ewma)
-{
-    char path[] = "/tmp/flx-gravac-XXXXXX";
-    int fd = mkstemp(path);
-
-    ck_assert_int_ge(fd, 0);
-    close(fd);
-    ck_assert_int_eq(mp_run(1, body_gravac_ewma, path, 60, NULL), 0);
-    unlink(path);
-}
+START_TEST(test_gravac_ewma) { ck_assert_int_eq(mp_run_with_file(1, body_gravac_ewma), 0); }
 END_TEST
 
 START_TEST(test_flush_residual) { ck_assert_int_eq(mp_run(2, body_flush, NULL, 60, NULL), 0); }
@@ -849,6 +923,7 @@ int main(void)
     tcase_add_loop_test(ranks, test_ctl_nan, 0, 2);
     tcase_add_loop_test(ranks, test_ctl_retry, 0, 3);
     tcase_add_test(ranks, test_flush_residual);
+    tcase_add_test(ranks, test_ctl_stopped);
     tcase_add_test(ranks, test_gravac_ewma);
     suite_add_tcase(s, pure);
     suite_add_tcase(s, ranks);
