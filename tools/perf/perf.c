@@ -1228,6 +1228,14 @@ int perf_main(const perf_coll_t *coll, int argc, char **argv)
         return PERF_EXIT_OK;
     if (rc != 0)
         return PERF_EXIT_USAGE;
+    /* the reduce-scatter call has no algorithm argument: -a would be ignored */
+    if ((coll->flags & PERF_COLL_REDUCE_SCATTER) && (eng.args.algo != FLX_ALGO_AUTO ||
+                                                     eng.args.all_algos)) {
+        perf_arg_error(coll->name, perf_env_nonzero_rank(),
+                       "-a does not apply: the library picks the reduce-scatter's algorithm "
+                       "(FLX_ALGO=ring|rd|tree|hd forces it)");
+        return PERF_EXIT_USAGE;
+    }
 
     st = flx_comm_create(NULL, &eng.comm);
     if (st != FLX_OK) {
