@@ -60,7 +60,7 @@ else
     "$top/flx-info" | grep -q "^# out-of-place allgather: .*no AVX streaming stores" ||
         fail "flx-info does not say that this CPU copies with memcpy"
 fi
-"$top/flx-info" | grep -q "reduce_scatter (ring; small on 4+ ranks: an allreduce, rd/tree/hd, by the link model)" ||
+"$top/flx-info" | grep -q "reduce_scatter (ring; small on 4+ ranks: an allreduce, rd/tree/hd, where recursive doubling's fitted alpha and beta say so)" ||
     fail "flx-info does not say how the reduce-scatter is chosen"
 # flx-reduce-scatter-perf: every dtype and op on 3 ranks, each result checked exactly
 # (#wrong 0), and the algorithm of each call in its --csv

@@ -219,7 +219,7 @@ int main(int argc, char **argv)
            strstr(flx_build_features(), "verbs") ? ", ib" : "");
     printf("# collectives: allreduce (ring, tree, rd, hd), allgather (ring, rd/Bruck), broadcast "
            "(binomial, chain), reduce_scatter (ring; small on 4+ ranks: an allreduce, rd/tree/hd, "
-           "by the link model), barrier (dissemination)\n");
+           "where recursive doubling's fitted alpha and beta say so), barrier (dissemination)\n");
     printf("# out-of-place reduce_scatter: the input is read in place, never copied; this "
            "rank's block is received and reduced straight into the output\n");
     printf("# out-of-place allgather: each chunk of this rank's block is copied into place "
