@@ -71,7 +71,8 @@ echo "$out" | grep -q "Out of bounds values : 0 OK" || fail "flx-reduce-scatter-
 [ "$(grep -c '^flx-reduce-scatter-perf,reduce_scatter,3,tcp,.*,ring,' "$rs_csv")" -eq 240 ] ||
     fail "flx-reduce-scatter-perf --csv: not 4 sizes x 6 types x 5 ops x 2 placements by the ring: $(cat "$rs_csv")"
 rm -f "$rs_csv"
-out=$("$top/flxrun" -n 2 "$top/flx-reduce-scatter-perf" -a ring -b 8 -e 8 2>&1); rc=$?
+# one rank: with more, a quiet rank exiting 2 first can make flxrun stop rank 0 before it writes
+out=$("$top/flxrun" -n 1 "$top/flx-reduce-scatter-perf" -a ring -b 8 -e 8 2>&1); rc=$?
 [ "$rc" -eq 2 ] && echo "$out" | grep -q "flx-reduce-scatter-perf: -a does not apply" ||
     fail "flx-reduce-scatter-perf -a ring: exit $rc: $out"
 FLX_TCP_LANE=shared "$top/flx-info" | grep -q "long messages on the first, FLX_TCP_LANE=shared)" ||
