@@ -87,7 +87,7 @@ static flx_status_t allgatherv_run(flx_comm_h comm, const void *sendbuf, size_t 
     calgo = comm_pick_allgather(comm, 2 * sizeof(uint64_t), algo, 0);
     coll_begin(comm, COLL_ALLGATHERV, calgo, dtype, 0, (size_t)n, "allgatherv (counts)");
     if (n > 1) {
-        st = calgo == FLX_ALGO_RD ? coll_allgather_rd(comm, wire, 2 * sizeof(uint64_t))
+        st = calgo == FLX_ALGO_RD ? coll_allgather_rd(comm, NULL, wire, 2 * sizeof(uint64_t))
                                   : coll_allgather_ring(comm, NULL, wire, 2 * sizeof(uint64_t));
         if (st != FLX_OK)
             return st;

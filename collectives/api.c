@@ -259,8 +259,10 @@ flx_status_t comm_run_allgather(flx_comm_h comm, const void *sendbuf, void *recv
     double t0 = flx_time_now();
 
     algo = comm_pick_allgather(comm, (double)bpr, algo, 1);
-    /* the ring copies our block into place itself, behind its sends */
-    if (own && (algo == FLX_ALGO_RD || comm->size == 1)) {
+    /* both algorithms copy our block into place themselves: the ring and
+     * recursive doubling chunk by chunk behind its first sends, Bruck in
+     * its final rotation */
+    if (own && comm->size == 1) {
         memcpy(mine, own, bpr);
         own = NULL;
     }
@@ -269,7 +271,7 @@ flx_status_t comm_run_allgather(flx_comm_h comm, const void *sendbuf, void *recv
         return FLX_OK;
     if (bpr == 0) /* nothing to move, but the empty messages carry the count */
         return coll_barrier_dissemination(comm);
-    st = algo == FLX_ALGO_RD ? coll_allgather_rd(comm, recvbuf, bpr)
+    st = algo == FLX_ALGO_RD ? coll_allgather_rd(comm, own, recvbuf, bpr)
                              : coll_allgather_ring(comm, own, recvbuf, bpr);
     if (st != FLX_OK)
         return st;

@@ -37,7 +37,8 @@ flx_status_t coll_allreduce_hd(flx_comm_h comm, const void *src, void *buf, size
                                flx_dtype_t dtype, flx_op_t op);
 flx_status_t coll_allgather_ring(flx_comm_h comm, const void *sendbuf, void *recvbuf,
                                  size_t bytes_per_rank);
-flx_status_t coll_allgather_rd(flx_comm_h comm, void *recvbuf, size_t bytes_per_rank);
+flx_status_t coll_allgather_rd(flx_comm_h comm, const void *own, void *recvbuf,
+                               size_t bytes_per_rank);
 flx_status_t coll_bcast_binomial(flx_comm_h comm, void *buf, size_t bytes, int root);
 flx_status_t coll_bcast_chain(flx_comm_h comm, void *buf, size_t bytes, int root);
 flx_status_t coll_barrier_dissemination(flx_comm_h comm);

@@ -552,7 +552,7 @@ static flx_status_t model_fit_run(flx_comm_h comm, int i, float *buf, size_t cou
                i < MODEL_NAR ? FLX_SUM : 0, count, "model fit");
     t0 = flx_time_now();
     if (i >= MODEL_NAR)
-        st = algo == FLX_ALGO_RD ? coll_allgather_rd(comm, buf, count * sizeof(float))
+        st = algo == FLX_ALGO_RD ? coll_allgather_rd(comm, NULL, buf, count * sizeof(float))
                                  : coll_allgather_ring(comm, NULL, buf, count * sizeof(float));
     else
         st = algo == FLX_ALGO_RING ? coll_allreduce_ring(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM)

@@ -8,6 +8,7 @@
  */
 #include "collectives/coll.h"
 #include "collectives/topo.h"
+#include "common/copy.h"
 #include "common/dtype.h"
 #include "common/util.h"
 
@@ -128,12 +129,16 @@ flx_status_t coll_allreduce_rd(flx_comm_h comm, const void *src, void *buf, size
  * 2^k blocks of its group (ranks r with the low k bits cleared, and on),
  * in place; it sends them to r ^ 2^k and receives that rank's group's
  * beside them.  log2 N steps, the ring's bytes, and none of Bruck's
- * scratch or its two copies of the whole output. */
-static flx_status_t allgather_rd_pow2(flx_comm_h comm, char *out, size_t bpr)
+ * scratch or its two copies of the whole output.  Out of place (own:
+ * the caller's block) round 0 sends the block from own and copies each
+ * chunk into place right behind its send, as the ring does, instead of
+ * copying the whole block before the first send. */
+static flx_status_t allgather_rd_pow2(flx_comm_h comm, const char *own, char *out, size_t bpr)
 {
     const int r = comm->rank, n = comm->size;
     const size_t ce = coll_chunk_elems(comm, 1, (size_t)n / 2 * bpr);
     const size_t most = FLX_DIV_ROUND_UP((size_t)n / 2 * bpr, ce); /* chunks of the last step */
+    const int stream = own && bpr > comm->stream_min;
     tl_req_t *req = coll_scratch(comm, 2 * most * sizeof(tl_req_t));
     flx_status_t st = FLX_OK;
 
@@ -145,12 +150,22 @@ static flx_status_t allgather_rd_pow2(flx_comm_h comm, char *out, size_t bpr)
     for (int dist = 1, k = 0; dist < n && st == FLX_OK; dist *= 2, k++) {
         int mine = r & ~(dist - 1), peer = r ^ dist, theirs = peer & ~(dist - 1);
         const size_t len = (size_t)dist * bpr, nch = FLX_DIV_ROUND_UP(len, ce);
+        const char *from = k == 0 && own ? own : out + (size_t)mine * bpr;
         for (size_t j = 0; j < nch && st == FLX_OK; j++)
             st = coll_recv(comm, peer, COLL_STEP(k, j), out + (size_t)theirs * bpr + j * ce,
                            FLX_MIN(ce, len - j * ce), &req[j]);
-        for (size_t j = 0; j < nch && st == FLX_OK; j++)
-            st = coll_send(comm, peer, COLL_STEP(k, j), out + (size_t)mine * bpr + j * ce,
-                           FLX_MIN(ce, len - j * ce), &req[most + j]);
+        for (size_t j = 0; j < nch && st == FLX_OK; j++) {
+            const size_t cl = FLX_MIN(ce, len - j * ce);
+            st = coll_send(comm, peer, COLL_STEP(k, j), from + j * ce, cl, &req[most + j]);
+            if (st != FLX_OK || from != own)
+                continue;
+            if (stream)
+                flx_copy_stream(out + (size_t)r * bpr + j * ce, own + j * ce, cl);
+            else
+                memcpy(out + (size_t)r * bpr + j * ce, own + j * ce, cl);
+            if (j + 1 < nch)
+                st = coll_progress_now(comm);
+        }
         if (st == FLX_OK)
             st = coll_waitall(comm, req, nch);
         if (st == FLX_OK)
@@ -160,21 +175,27 @@ static flx_status_t allgather_rd_pow2(flx_comm_h comm, char *out, size_t bpr)
 }
 
 /* Bruck: after round k, tmp holds blocks of ranks r .. r+2^(k+1)-1; a final
- * rotation puts block i of rank (r+i) mod N at its place. */
-flx_status_t coll_allgather_rd(flx_comm_h comm, void *recvbuf, size_t bpr)
+ * rotation puts block i of rank (r+i) mod N at its place (block 0, ours,
+ * read from own when out of place). */
+flx_status_t coll_allgather_rd(flx_comm_h comm, const void *own, void *recvbuf, size_t bpr)
 {
     const int r = comm->rank, n = comm->size;
     char *tmp, *out = recvbuf;
     flx_status_t st = FLX_OK;
 
-    if (n == 1 || bpr == 0)
+    if (own == out + (size_t)r * bpr)
+        own = NULL;
+    if (n == 1 || bpr == 0) {
+        if (own)
+            memcpy(out + (size_t)r * bpr, own, bpr);
         return FLX_OK;
+    }
     if ((n & (n - 1)) == 0)
-        return allgather_rd_pow2(comm, out, bpr);
+        return allgather_rd_pow2(comm, own, out, bpr);
     tmp = coll_scratch(comm, (size_t)n * bpr);
     if (tmp == NULL)
         return FLX_ERR_NO_MEMORY;
-    memcpy(tmp, out + (size_t)r * bpr, bpr);
+    memcpy(tmp, own ? own : out + (size_t)r * bpr, bpr);
     for (int dist = 1, k = 0; dist < n && st == FLX_OK; dist *= 2, k++) {
         int nblocks = dist < n - dist ? dist : n - dist;
         st = coll_sendrecv(comm, topo_mod(r - dist, n), tmp, (size_t)nblocks * bpr,

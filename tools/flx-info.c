@@ -149,7 +149,7 @@ static int calibrate(void)
         }
         if (rank == 0) {
             printf("# allgather, predicted us (bytes gathered in all; each algorithm's own "
-                   "fit; rd: Bruck)\n");
+                   "fit; rd: recursive doubling, Bruck where N is not a power of two)\n");
             printf("%10s %10s %10s %6s\n", "bytes", "ring", "rd", "auto");
             for (size_t k = 0; k < (sizeof(sizes) / sizeof(sizes[0])); k++)
                 printf("%10zu %10.1f %10.1f %6s\n", per[k] * 4 * (size_t)n, pred[k][0] * 1e6,
@@ -223,7 +223,7 @@ int main(int argc, char **argv)
     printf("# out-of-place reduce_scatter: the input is read in place, never copied; this "
            "rank's block is received and reduced straight into the output\n");
     printf("# out-of-place allgather: each chunk of this rank's block is copied into place "
-           "right behind its send");
+           "right behind its send (ring; rd's first step; Bruck: in its final rotation)");
     if (flx_copy_stream_min() == SIZE_MAX)
         printf(" (memcpy: this CPU has no AVX streaming stores)\n");
     else
