@@ -71,10 +71,27 @@ echo "$out" | grep -q "Out of bounds values : 0 OK" || fail "flx-reduce-scatter-
 [ "$(grep -c '^flx-reduce-scatter-perf,reduce_scatter,3,tcp,.*,ring,' "$rs_csv")" -eq 240 ] ||
     fail "flx-reduce-scatter-perf --csv: not 4 sizes x 6 types x 5 ops x 2 placements by the ring: $(cat "$rs_csv")"
 rm -f "$rs_csv"
-# one rank: with more, a quiet rank exiting 2 first can make flxrun stop rank 0 before it writes
-out=$("$top/flxrun" -n 1 "$top/flx-reduce-scatter-perf" -a ring -b 8 -e 8 2>&1); rc=$?
-[ "$rc" -eq 2 ] && echo "$out" | grep -q "flx-reduce-scatter-perf: -a does not apply" ||
-    fail "flx-reduce-scatter-perf -a ring: exit $rc: $out"
+# an argument error every rank finds is said once, by rank 0, on 4 ranks too:
+# the quiet ranks wait for it (exiting at once, one made flxrun stop rank 0
+# before it wrote); a quiet rank alone says it itself, PERF_QUIET_WAIT_S later
+for i in 1 2 3; do
+    out=$("$top/flxrun" -n 4 "$top/flx-reduce-scatter-perf" -a ring -b 8 -e 8 2>&1); rc=$?
+    [ "$rc" -eq 2 ] && [ "$(echo "$out" | grep -c "flx-reduce-scatter-perf: -a does not apply")" -eq 1 ] &&
+        echo "$out" | grep -q "^\[0\] flx-reduce-scatter-perf: -a does not apply" ||
+        fail "flx-reduce-scatter-perf -a ring on 4 ranks: exit $rc: $out"
+    out=$("$top/flxrun" -n 4 "$top/flx-allreduce-perf" -b 1Q 2>&1); rc=$?
+    [ "$rc" -eq 2 ] && [ "$(echo "$out" | grep -c "invalid value '1Q' for -b")" -eq 1 ] ||
+        fail "flx-allreduce-perf -b 1Q on 4 ranks: exit $rc: $out"
+    out=$("$top/flxrun" -n 4 "$top/flx-sparse-perf" -m foo 2>&1); rc=$?
+    [ "$rc" -eq 2 ] && [ "$(echo "$out" | grep -c "flx-sparse-perf: -m foo: not a list of methods")" -eq 1 ] ||
+        fail "flx-sparse-perf -m foo on 4 ranks: exit $rc: $out"
+done
+out=$(FLX_RANK=1 FLX_SIZE=2 "$top/flx-allreduce-perf" -zq 2>&1); rc=$?
+[ "$rc" -eq 2 ] && echo "$out" | grep -q "^flx-allreduce-perf: invalid value 'q' for -z" ||
+    fail "flx-allreduce-perf -zq as a lone rank 1: exit $rc: $out"
+out=$(FLX_RANK=1 FLX_SIZE=2 "$top/flx-sparse-perf" -b 1Q 2>&1); rc=$?
+[ "$rc" -eq 2 ] && echo "$out" | grep -q "^flx-sparse-perf: -b 1Q: not a size" ||
+    fail "flx-sparse-perf -b 1Q as a lone rank 1: exit $rc: $out"
 FLX_TCP_LANE=shared "$top/flx-info" | grep -q "long messages on the first, FLX_TCP_LANE=shared)" ||
     fail "flx-info does not follow FLX_TCP_LANE=shared"
 FLX_TCP_SOCKETS=1 FLX_TCP_LANE=shared "$top/flx-info" | grep -q "FLX_TCP_LANE" &&

@@ -239,7 +239,7 @@ int perf_args_parse(perf_args_t *args, const char *prog, const char *accept,
     optstring[len] = '\0';
 
     opterr = 0;
-    optind = 1;
+    optind = 0; /* glibc: a full restart (a second parse of the same argv) */
     while ((c = getopt_long(argc, argv, optstring, longopts, NULL)) != -1) {
         if (c == 'h') {
             if (!quiet)
@@ -389,6 +389,12 @@ void perf_format_us(char *buf, size_t len, double us)
         snprintf(buf, len, "%7.1f", us);
     else
         snprintf(buf, len, "%7.2f", us);
+}
+
+void perf_quiet_wait(void)
+{
+    fflush(NULL);
+    sleep(PERF_QUIET_WAIT_S);
 }
 
 int perf_env_nonzero_rank(void)
@@ -1216,14 +1222,19 @@ int perf_main(const perf_coll_t *coll, int argc, char **argv)
 {
     perf_engine_t eng;
     flx_status_t st;
+    const int quiet = perf_env_nonzero_rank();
     int rc;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     memset(&eng, 0, sizeof(eng));
     eng.coll = coll;
     perf_args_default(&eng.args);
-    rc = perf_args_parse(&eng.args, coll->name, PERF_COLL_ACCEPT, perf_env_nonzero_rank(),
-                         argc, argv);
+    rc = perf_args_parse(&eng.args, coll->name, PERF_COLL_ACCEPT, quiet, argc, argv);
+    if (rc == PERF_PARSE_ERROR && quiet) { /* after rank 0, if still running */
+        perf_quiet_wait();
+        perf_args_default(&eng.args);
+        rc = perf_args_parse(&eng.args, coll->name, PERF_COLL_ACCEPT, 0, argc, argv);
+    }
     if (rc == PERF_PARSE_HELP)
         return PERF_EXIT_OK;
     if (rc != 0)
@@ -1231,7 +1242,9 @@ int perf_main(const perf_coll_t *coll, int argc, char **argv)
     /* the reduce-scatter call has no algorithm argument: -a would be ignored */
     if ((coll->flags & PERF_COLL_REDUCE_SCATTER) && (eng.args.algo != FLX_ALGO_AUTO ||
                                                      eng.args.all_algos)) {
-        perf_arg_error(coll->name, perf_env_nonzero_rank(),
+        if (quiet)
+            perf_quiet_wait();
+        perf_arg_error(coll->name, 0,
                        "-a does not apply: the library picks the reduce-scatter's algorithm "
                        "(FLX_ALGO=ring|rd|tree|hd forces it)");
         return PERF_EXIT_USAGE;

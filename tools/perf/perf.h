@@ -88,6 +88,15 @@ void perf_format_us(char *buf, size_t len, double us);
  * than 0 (before the communicator exists), so argument errors print once. */
 int perf_env_nonzero_rank(void);
 
+/* A quiet rank (not rank 0) found the argument error rank 0 reports: it
+ * waits PERF_QUIET_WAIT_S, then the caller has it say the error too.
+ * Exiting at once, a quiet rank made the launcher (flxrun, mpirun) stop
+ * rank 0 before rank 0 had written its line; now the launcher stops the
+ * quiet ranks in their wait once rank 0 has exited with the message, and a
+ * rank left without a rank 0 still tells. */
+#define PERF_QUIET_WAIT_S 2
+void perf_quiet_wait(void);
+
 /* ---------------------------------------------------------------------- */
 /* Deterministic data for the correctness pass                             */
 /* ---------------------------------------------------------------------- */

@@ -137,7 +137,7 @@ static int sparse_perf_parse(sparse_perf_args_t *a, int quiet, int argc, char **
     a->nfractions = perf_parse_fractions("1,0.1,0.033,0.011,0.004,0.001", a->fractions,
                                          SPARSE_PERF_MAX_FRACTIONS);
     opterr = 0;
-    optind = 1;
+    optind = 0; /* glibc: a full restart (a second parse of the same argv) */
 #define SPARSE_BAD(...) return perf_arg_error(SPARSE_PERF_NAME, quiet, __VA_ARGS__)
     while ((c = getopt_long(argc, argv, ":b:e:f:c:m:n:w:s:t:r:h", longopts, NULL)) != -1) {
         switch (c) {
@@ -374,11 +374,16 @@ int main(int argc, char **argv)
     FILE *csv = NULL;
     double bw_sum = 0;
     long bw_count = 0, wrong_total = 0;
-    int rc = sparse_perf_parse(&args, perf_env_nonzero_rank(), argc, argv);
+    const int quiet = perf_env_nonzero_rank();
+    int rc = sparse_perf_parse(&args, quiet, argc, argv);
     flx_status_t st;
     size_t nmax;
     cmp_rng_t rng;
 
+    if (rc < 0 && quiet) { /* after rank 0, if still running */
+        perf_quiet_wait();
+        rc = sparse_perf_parse(&args, 0, argc, argv);
+    }
     if (rc != 0)
         return rc > 0 ? PERF_EXIT_OK : PERF_EXIT_USAGE;
     st = flx_comm_create(NULL, &sp.comm);
