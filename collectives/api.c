@@ -222,6 +222,17 @@ flx_status_t comm_leave(flx_comm_h comm, flx_status_t st)
     return st;
 }
 
+flx_status_t coll_allreduce_by(flx_comm_h comm, flx_algo_t algo, const void *src, void *buf,
+                               size_t count, flx_dtype_t dtype, flx_op_t op)
+{
+    switch (algo) {
+    case FLX_ALGO_TREE: return coll_allreduce_tree(comm, src, buf, count, dtype, op);
+    case FLX_ALGO_RD: return coll_allreduce_rd(comm, src, buf, count, dtype, op);
+    case FLX_ALGO_HD: return coll_allreduce_hd(comm, src, buf, count, dtype, op);
+    default: return coll_allreduce_ring(comm, src, buf, count, dtype, op);
+    }
+}
+
 /* The body of an allreduce; the caller holds the execution lock. */
 flx_status_t comm_run_allreduce(flx_comm_h comm, const void *sendbuf, void *recvbuf,
                                 size_t count, flx_dtype_t dtype, flx_op_t op,
@@ -238,12 +249,7 @@ flx_status_t comm_run_allreduce(flx_comm_h comm, const void *sendbuf, void *recv
     if (count == 0) /* nothing to move, but the empty messages carry the count */
         return comm->size == 1 ? FLX_OK : coll_barrier_dissemination(comm);
     t0 = flx_time_now();
-    switch (algo) {
-    case FLX_ALGO_TREE: st = coll_allreduce_tree(comm, sendbuf, recvbuf, count, dtype, op); break;
-    case FLX_ALGO_RD: st = coll_allreduce_rd(comm, sendbuf, recvbuf, count, dtype, op); break;
-    case FLX_ALGO_HD: st = coll_allreduce_hd(comm, sendbuf, recvbuf, count, dtype, op); break;
-    default: st = coll_allreduce_ring(comm, sendbuf, recvbuf, count, dtype, op); break;
-    }
+    st = coll_allreduce_by(comm, algo, sendbuf, recvbuf, count, dtype, op);
     if (st != FLX_OK)
         return st;
     return model_observe(comm, COLL_ALLREDUCE, algo, (double)bytes, flx_time_now() - t0);
@@ -429,13 +435,8 @@ static flx_status_t reduce_scatter_by_allreduce(flx_comm_h comm, const void *sen
                                                 flx_op_t op, flx_algo_t algo)
 {
     const size_t count = recvcount * (size_t)comm->size, bytes = recvcount * flx_dtype_size(dtype);
-    flx_status_t st;
+    flx_status_t st = coll_allreduce_by(comm, algo, sendbuf, out, count, dtype, op);
 
-    switch (algo) {
-    case FLX_ALGO_TREE: st = coll_allreduce_tree(comm, sendbuf, out, count, dtype, op); break;
-    case FLX_ALGO_HD: st = coll_allreduce_hd(comm, sendbuf, out, count, dtype, op); break;
-    default: st = coll_allreduce_rd(comm, sendbuf, out, count, dtype, op); break;
-    }
     if (st == FLX_OK)
         memmove(recvbuf, out + (size_t)comm->rank * bytes, bytes);
     return st;

@@ -35,8 +35,12 @@ flx_status_t coll_allreduce_rd(flx_comm_h comm, const void *src, void *buf, size
                                flx_dtype_t dtype, flx_op_t op);
 flx_status_t coll_allreduce_hd(flx_comm_h comm, const void *src, void *buf, size_t count,
                                flx_dtype_t dtype, flx_op_t op);
+/* ... the one algo names (ring for any other value). */
+flx_status_t coll_allreduce_by(flx_comm_h comm, flx_algo_t algo, const void *src, void *buf,
+                               size_t count, flx_dtype_t dtype, flx_op_t op);
 flx_status_t coll_allgather_ring(flx_comm_h comm, const void *sendbuf, void *recvbuf,
                                  size_t bytes_per_rank);
+/* own: NULL in place, else this rank's block apart from recvbuf (N > 1) */
 flx_status_t coll_allgather_rd(flx_comm_h comm, const void *own, void *recvbuf,
                                size_t bytes_per_rank);
 flx_status_t coll_bcast_binomial(flx_comm_h comm, void *buf, size_t bytes, int root);

@@ -145,6 +145,14 @@ flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, coll_clock_t *clk
 /* One progress round that neither waits nor yields the core (between
  * pieces of local work). */
 flx_status_t coll_progress_now(flx_comm_h comm);
+/* Out of place, right behind the send of a chunk of this rank's block
+ * (block bytes in all): the chunk's n bytes go from src to their place dst
+ * while the send has them in cache -- with streaming stores when the block
+ * is larger than the core's L2 (comm->stream_min), else memcpy -- and then,
+ * unless it was the last chunk (the caller's wait does that), one
+ * coll_progress_now moves the sockets on. */
+flx_status_t coll_copy_behind(flx_comm_h comm, void *dst, const void *src, size_t n,
+                              size_t block, int last);
 /* Exchange: post recv then send, wait both. */
 flx_status_t coll_sendrecv(flx_comm_h comm, int dst, const void *sbuf, size_t slen,
                            int src, void *rbuf, size_t rlen, uint32_t step);

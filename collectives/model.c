@@ -555,10 +555,7 @@ static flx_status_t model_fit_run(flx_comm_h comm, int i, float *buf, size_t cou
         st = algo == FLX_ALGO_RD ? coll_allgather_rd(comm, NULL, buf, count * sizeof(float))
                                  : coll_allgather_ring(comm, NULL, buf, count * sizeof(float));
     else
-        st = algo == FLX_ALGO_RING ? coll_allreduce_ring(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM)
-             : algo == FLX_ALGO_TREE ? coll_allreduce_tree(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM)
-             : algo == FLX_ALGO_HD ? coll_allreduce_hd(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM)
-                                   : coll_allreduce_rd(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM);
+        st = coll_allreduce_by(comm, algo, buf, buf, count, FLX_FLOAT32, FLX_SUM);
     *t_p = flx_time_now() - t0;
     return st;
 }

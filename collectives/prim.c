@@ -5,9 +5,12 @@
  * slice. */
 #include "collectives/coll.h"
 #include "collectives/comm.h"
+#include "common/copy.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "common/util.h"
+
+#include <string.h>
 
 void coll_begin(flx_comm_h comm, int kind, flx_algo_t algo, flx_dtype_t dtype,
                 unsigned op, size_t count, const char *name)
@@ -108,6 +111,16 @@ flx_status_t coll_progress_now(flx_comm_h comm)
         return prim_failed(comm, FLX_ERR_ABORTED);
     st = comm->tl->progress(comm->tlctx, 0);
     return st == FLX_OK ? FLX_OK : prim_failed(comm, comm_aborted(comm) ? FLX_ERR_ABORTED : st);
+}
+
+flx_status_t coll_copy_behind(flx_comm_h comm, void *dst, const void *src, size_t n,
+                              size_t block, int last)
+{
+    if (block > comm->stream_min)
+        flx_copy_stream(dst, src, n);
+    else
+        memcpy(dst, src, n);
+    return last ? FLX_OK : coll_progress_now(comm);
 }
 
 flx_status_t coll_wait(flx_comm_h comm, tl_req_t *req)

@@ -8,7 +8,6 @@
  */
 #include "collectives/coll.h"
 #include "collectives/topo.h"
-#include "common/copy.h"
 #include "common/dtype.h"
 #include "common/util.h"
 
@@ -138,7 +137,6 @@ static flx_status_t allgather_rd_pow2(flx_comm_h comm, const char *own, char *ou
     const int r = comm->rank, n = comm->size;
     const size_t ce = coll_chunk_elems(comm, 1, (size_t)n / 2 * bpr);
     const size_t most = FLX_DIV_ROUND_UP((size_t)n / 2 * bpr, ce); /* chunks of the last step */
-    const int stream = own && bpr > comm->stream_min;
     tl_req_t *req = coll_scratch(comm, 2 * most * sizeof(tl_req_t));
     flx_status_t st = FLX_OK;
 
@@ -157,14 +155,9 @@ static flx_status_t allgather_rd_pow2(flx_comm_h comm, const char *own, char *ou
         for (size_t j = 0; j < nch && st == FLX_OK; j++) {
             const size_t cl = FLX_MIN(ce, len - j * ce);
             st = coll_send(comm, peer, COLL_STEP(k, j), from + j * ce, cl, &req[most + j]);
-            if (st != FLX_OK || from != own)
-                continue;
-            if (stream)
-                flx_copy_stream(out + (size_t)r * bpr + j * ce, own + j * ce, cl);
-            else
-                memcpy(out + (size_t)r * bpr + j * ce, own + j * ce, cl);
-            if (j + 1 < nch)
-                st = coll_progress_now(comm);
+            if (st == FLX_OK && from == own)
+                st = coll_copy_behind(comm, out + (size_t)r * bpr + j * ce, own + j * ce, cl,
+                                      bpr, j + 1 == nch);
         }
         if (st == FLX_OK)
             st = coll_waitall(comm, req, nch);
@@ -183,13 +176,8 @@ flx_status_t coll_allgather_rd(flx_comm_h comm, const void *own, void *recvbuf, 
     char *tmp, *out = recvbuf;
     flx_status_t st = FLX_OK;
 
-    if (own == out + (size_t)r * bpr)
-        own = NULL;
-    if (n == 1 || bpr == 0) {
-        if (own)
-            memcpy(out + (size_t)r * bpr, own, bpr);
+    if (n == 1 || bpr == 0)
         return FLX_OK;
-    }
     if ((n & (n - 1)) == 0)
         return allgather_rd_pow2(comm, own, out, bpr);
     tmp = coll_scratch(comm, (size_t)n * bpr);

@@ -33,7 +33,6 @@
  */
 #include "collectives/coll.h"
 #include "collectives/topo.h"
-#include "common/copy.h"
 #include "common/dtype.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -299,30 +298,19 @@ flx_status_t coll_ring_allgather(flx_comm_h comm, const void *own, void *buf, co
     ring_ws_t w;
     flx_status_t st = ring_ws(comm, len, es, 0, 1, &w);
     size_t nch;
-    int stream;
 
     if (st != FLX_OK || w.nch == 0)
         return st;
     nch = seg_chunks(len[r], w.elems);
-    stream = own && len[r] * es > comm->stream_min;
     st = ag_recvs(comm, buf, off, len, es, phase0, &w, 1);
     for (size_t j = 0; j < nch && st == FLX_OK; j++) {
         size_t co, cl;
-        char *dst;
         st = ag_send_own(comm, buf, off, len, es, phase0, &w, j, own);
         if (st != FLX_OK || own == NULL)
             continue;
-        /* out of place: this chunk goes into its place right behind its
-         * send, while the send has it in cache; then the sockets move on
-         * (after the last chunk the wait below does that) */
         chunk_range(len[r], w.elems, j, &co, &cl);
-        dst = (char *)buf + (off[r] + co) * es;
-        if (stream)
-            flx_copy_stream(dst, (const char *)own + co * es, cl * es);
-        else
-            memcpy(dst, (const char *)own + co * es, cl * es);
-        if (j + 1 < nch)
-            st = coll_progress_now(comm);
+        st = coll_copy_behind(comm, (char *)buf + (off[r] + co) * es, (const char *)own + co * es,
+                              cl * es, len[r] * es, j + 1 == nch);
     }
     if (st == FLX_OK)
         st = ag_forward(comm, buf, off, len, es, phase0, &w);
