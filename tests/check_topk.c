@@ -625,8 +625,8 @@ START_TEST(test_qsgd)
     memset(out, 0, bucket * sizeof(float));
     cmp_qsgd8_decode_add(block, bucket, bucket, out);
     for (size_t i = 0; i < bucket; i++) {
-        int8_t l = ((const int8_t *)block + sizeof(float))[i];
-        REQUIRE_MSG(l >= -127 && l <= 127 && (l == 0 || (l > 0) == (acc[i] > 0)),
+        int8_t l = ((const int8_t *)block + sizeof(float))[i]; /* -127..127 */
+        REQUIRE_MSG(l != INT8_MIN && (l == 0 || (l > 0) == (acc[i] > 0)),
                     "subnormal bucket [%zu]: level %d for %a", i, l, acc[i]);
         REQUIRE_MSG(out[i] + resid[i] == acc[i], "subnormal bucket [%zu]: %a + %a != %a", i,
                     out[i], resid[i], acc[i]);
