@@ -90,6 +90,7 @@ typedef struct {
     size_t ra_off, ra_len;    /* [ra_off, ra_len) unused                */
     char *ra_alt;             /* fd_alt's: what was read past a SWITCH  */
     size_t ra_off_alt, ra_len_alt; /* waits there for the switch back  */
+    unsigned long reads;      /* recv() calls that returned data or EOF  */
     int lane_auto;            /* this rank picks wfd_long per period     */
     tcp_lane_t lane;          /* (the higher rank, FLX_TCP_LANE=auto)    */
 } tcp_conn_t;
