@@ -49,6 +49,8 @@ FLX_TCP_SOCKETS=2 "$top/flx-info" | grep -q "^# transports: tcp (2 connections p
     fail "flx-info does not follow FLX_TCP_SOCKETS=2"
 "$top/flx-info" | grep -q "long messages on the faster of the two, measured per pair while running, FLX_TCP_LANE=auto)" ||
     fail "flx-info does not say what FLX_TCP_LANE=auto does"
+FLX_SPIN=10us "$top/flx-info" | grep -q "^# tcp waiting: busy-polls 10 us (FLX_SPIN.* it spins on recv() alone$" ||
+    fail "flx-info does not say how the tcp backend waits"
 # the out-of-place allgather streams its own block above this core's L2 (getconf; 1 MiB
 # where it does not say), or never without AVX
 if [ "$(uname -m)" = x86_64 ] && grep -qw avx /proc/cpuinfo; then
