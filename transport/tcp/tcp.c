@@ -997,8 +997,8 @@ static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
     if ((direct = direct_conn(ctx, n)) != NULL) {
         /* one short message awaited, on the one socket, and nothing to
          * write: spin on recv() itself.  A poll() that finds the data and
-         * the recv() after it cost a microsecond or more than the recv()
-         * alone on loopback (2 ranks, 4 B: a tenth of the call or more) */
+         * the recv() after it cost more than the recv() alone (2 ranks,
+         * 4 B allreduce: 3.0 system calls a call instead of 3.6) */
         do {
             unsigned long reads = direct->reads;
             conn_recv_progress(ctx, direct);
