@@ -444,8 +444,13 @@ run_pair() {
     local ns="n/a" sz=all
     [ -n "$tag" ] && sz=${tag#-}
     if [ -n "$latency" ]; then
-        # the CPUs of ranks 0 and 1 as flxrun binds N ranks (mpirun's --bind-to core matches)
-        ns=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT "$latency" -r "$2" 2>/dev/null |
+        # the first CPUs of ranks 0 and 1 as flxrun binds N ranks (whole cores, as
+        # mpirun's --bind-to core); the first two CPUs where it binds none
+        local pair
+        pair=$("$build/flxrun" --report-bindings -n "$2" true 2>&1 |
+               sed -n 's/^flxrun: rank [01]: CPUs \([0-9]*\).*/\1/p' | tr '\n' ' ')
+        # shellcheck disable=SC2086 # two CPU numbers, or none
+        ns=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT "$latency" $pair 2>/dev/null |
              awk '{ print $(NF - 3) }') || ns="n/a"
         [[ $ns =~ ^[0-9]+$ ]] || ns="n/a"
     fi

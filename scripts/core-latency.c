@@ -8,10 +8,12 @@
  *
  * Two threads, one pinned to each CPU, pass a flag back and forth ROUNDS
  * times (default 100000, after a tenth as many unmeasured).  The CPUs: the
- * two named; with -r, the first CPU of each of ranks 0 and 1 as `flxrun -n
- * NRANKS` binds them (of the C CPUs this process may use, rank i gets C/N of
- * them from the i-th block), or the first two when NRANKS exceeds C (flxrun
- * binds nothing then); by default the first two.  Prints
+ * two named; with -r, the first CPU of each of the blocks [i*C/N, (i+1)*C/N)
+ * of the C CPUs this process may use, for ranks 0 and 1 (that is where
+ * `flxrun -n NRANKS' binds them with one thread a core; `flxrun
+ * --report-bindings' says where it does on any machine, and
+ * scripts/compare-mpi.sh passes its CPUs as CPU_A CPU_B), or the first two
+ * when NRANKS exceeds C; by default the first two.  Prints
  *
  *   core-to-core round trip CPU 0 <-> CPU 1: 72 ns (100000 rounds)
  *

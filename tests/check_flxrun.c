@@ -36,6 +36,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tools/cpumap.h"
+
 #define RUN_LIMIT_S     20.0    /* a run that takes longer is killed and fails */
 #define TEST_TIMEOUT_S  40
 
@@ -994,37 +996,13 @@ END_TEST
 
 /* ---- binding ---------------------------------------------------------------- */
 
-/* A kernel CPU list ("0-3,8,10-11") into set; false if malformed. */
-static bool parse_cpu_list(const char *s, cpu_set_t *set)
-{
-    CPU_ZERO(set);
-    while (*s != '\0' && *s != '\n') {
-        char *end;
-        long a = strtol(s, &end, 10), b = a;
-
-        if (end == s || a < 0)
-            return false;
-        s = end;
-        if (*s == '-') {
-            b = strtol(s + 1, &end, 10);
-            if (end == s + 1 || b < a)
-                return false;
-            s = end;
-        }
-        for (long c = a; c <= b && c < CPU_SETSIZE; c++)
-            CPU_SET((int)c, set);
-        if (*s == ',')
-            s++;
-    }
-    return CPU_COUNT(set) > 0;
-}
-
 /* Runs flxrun ARGS -n n, each rank printing its Cpus_allowed_list; fills
- * sets[0, n) with the ranks' CPUs. */
-static void run_bind(const char *bind, long n, cpu_set_t *sets)
+ * sets[0, n) with the ranks' CPUs.  With report, flxrun's
+ * --report-bindings lines must name the same CPUs. */
+static void run_bind(const char *bind, bool report, long n, cpu_set_t *sets)
 {
     char num[16];
-    const char *args[8];
+    const char *args[9];
     const run_spec_t spec = {.args = args};
     run_result_t r;
     int a = 0, seen = 0;
@@ -1033,6 +1011,8 @@ static void run_bind(const char *bind, long n, cpu_set_t *sets)
     snprintf(num, sizeof(num), "%ld", n);
     if (bind != NULL)
         args[a++] = bind;
+    if (report)
+        args[a++] = "--report-bindings";
     args[a++] = "-n";
     args[a++] = num;
     args[a++] = "sed";
@@ -1049,59 +1029,89 @@ static void run_bind(const char *bind, long n, cpu_set_t *sets)
         ck_assert_msg(sscanf(line, "[%d] %n", &rank, &off) == 1 && off > 0, "line: %s", line);
         ck_assert_int_ge(rank, 0);
         ck_assert_int_lt(rank, n);
-        ck_assert_msg(parse_cpu_list(line + off, &sets[rank]), "bad CPU list: %s", line);
+        ck_assert_msg(cpumap_parse_list(line + off, &sets[rank]) == 0, "bad CPU list: %s", line);
         line = strchr(line, '\n');
         ck_assert_ptr_nonnull(line);
         line++;
     }
     ck_assert_int_eq(seen, n);
+    if (report) {
+        for (long i = 0; i < n; i++) {
+            char want[96], got[1024];
+            const char *at;
+            cpu_set_t said;
+
+            snprintf(want, sizeof(want), "flxrun: rank %ld: CPUs ", i);
+            at = strstr(r.err, want);
+            ck_assert_msg(at != NULL, "--report-bindings -n %ld: no line for rank %ld:\n%s", n, i,
+                          r.err);
+            ck_assert_int_eq(sscanf(at + strlen(want), "%1023s", got), 1);
+            ck_assert_msg(cpumap_parse_list(got, &said) == 0 && CPU_EQUAL(&said, &sets[i]),
+                          "--report-bindings said rank %ld runs on %s, it ran on others", i, got);
+        }
+    }
     run_result_free(&r);
 }
 
 START_TEST(test_bind)
 {
     cpu_set_t mine, sets[64], all;
+    cpumap_t *map = malloc(sizeof(*map));
     long c, n;
 
+    ck_assert_ptr_nonnull(map);
     ck_assert_int_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
     c = CPU_COUNT(&mine);
-    /* as many ranks as CPUs (at most 64), half as many, one: each rank on
-     * its own block of this process's CPUs, [i*C/N, (i+1)*C/N) in order */
-    const long counts[3] = {c < 64 ? c : 64, c / 2, 1};
-    for (int t = 0; t < 3; t++) {
+    cpumap_read(map, &mine, CPUMAP_SYSFS);
+    /* as many ranks as CPUs (at most 64), as many as cores, half as many,
+     * one: each rank on the block the map gives it (whole cores while the
+     * ranks fit them; check_cpumap tests the blocks) */
+    const long counts[4] = {c < 64 ? c : 64, map->ncores < 64 ? map->ncores : 64, c / 2, 1};
+    for (int t = 0; t < 4; t++) {
         n = counts[t];
         if (n < 1 || (t > 0 && n == counts[t - 1]))
             continue;
         for (int k = 0; k < 2; k++) {
-            run_bind(k ? "--bind=core" : NULL, n, sets);
+            run_bind(k ? "--bind=core" : NULL, k == 1, n, sets);
             CPU_ZERO(&all);
             for (long i = 0; i < n; i++) {
-                long first = i * c / n, end = (i + 1) * c / n, idx = 0;
                 cpu_set_t want;
+                char w[256], g[256];
 
-                CPU_ZERO(&want);
-                for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-                    if (!CPU_ISSET(cpu, &mine))
-                        continue;
-                    if (idx >= first && idx < end)
-                        CPU_SET(cpu, &want);
-                    idx++;
-                }
+                cpumap_rank(map, n, i, &want);
                 ck_assert_msg(CPU_EQUAL(&sets[i], &want),
-                              "%s -n %ld: rank %ld has %d CPUs, not its block %ld-%ld of %ld",
-                              k ? "--bind=core" : "auto", n, i, CPU_COUNT(&sets[i]), first,
-                              end - 1, c);
+                              "%s -n %ld: rank %ld runs on CPUs %s, not its block %s",
+                              k ? "--bind=core" : "auto", n, i, cpumap_list(&sets[i], g, sizeof(g)),
+                              cpumap_list(&want, w, sizeof(w)));
                 CPU_OR(&all, &all, &sets[i]);
             }
             ck_assert_msg(CPU_EQUAL(&all, &mine), "-n %ld: the blocks do not cover the CPUs", n);
         }
     }
-    /* more ranks than CPUs, or --bind none: every rank where flxrun is */
+    free(map);
+/* more ranks than CPUs, or --bind none: every rank where flxrun is */
     n = c + 1 < 64 ? c + 1 : 0;
     if (n > 0) {
-        run_bind(NULL, n, sets);
+        run_bind(NULL, false, n, sets);
         for (long i = 0; i < n; i++)
             ck_assert_msg(CPU_EQUAL(&sets[i], &mine), "-n %ld > %ld CPUs: rank %ld bound", n, c, i);
+    }
+    /* --report-bindings says when and why the ranks are not bound */
+    for (int k = 0; k < 2; k++) {
+        char num[16], want[96];
+        const char *over_args[] = {"--report-bindings", "-n", num, "true", NULL};
+        const char *none_args[] = {"--report-bindings", "--bind=none", "-n", "2", "true", NULL};
+        const run_spec_t spec = {.args = k ? none_args : over_args};
+        run_result_t r;
+
+        snprintf(num, sizeof(num), "%ld", c + 1);
+        snprintf(want, sizeof(want), "flxrun: %s ranks not bound (%s): CPUs ", k ? "2" : num,
+                 k ? "--bind none" : "more ranks than CPUs");
+        run_flxrun(&spec, &r);
+        ck_assert_msg(r.code == 0, "--report-bindings unbound: exit %d, stderr:\n%s", r.code, r.err);
+        ck_assert_msg(strstr(r.err, want) != NULL, "stderr:\n%s\nwanted: %s", r.err, want);
+        ck_assert_msg(strstr(r.err, "rank 0: CPUs") == NULL, "a rank reported bound:\n%s", r.err);
+        run_result_free(&r);
     }
     /* ... which --bind core refuses: usage, one line, nothing started */
     {
@@ -1120,7 +1130,7 @@ START_TEST(test_bind)
         run_result_free(&r);
     }
     n = c < 64 ? c : 64;
-    run_bind("--bind=none", n, sets);
+    run_bind("--bind=none", false, n, sets);
     for (long i = 0; i < n; i++)
         ck_assert_msg(CPU_EQUAL(&sets[i], &mine), "--bind none: rank %ld bound", i);
 }
@@ -1132,7 +1142,7 @@ END_TEST
 START_TEST(test_bind_refused)
 {
     cpu_set_t mine;
-    char num[16], want[160];
+    char num[16], want[1400], list[1024];
     const char *bound[] = {"--bind", "core", "-n", "1", "echo", "started", NULL};
     const char *all[] = {"-n", num, "echo", "started", NULL};
     const char *none[] = {"--bind", "none", "-n", "1", "echo", "started", NULL};
@@ -1150,8 +1160,8 @@ START_TEST(test_bind_refused)
         run_result_free(&r);
         return;
     }
-    snprintf(want, sizeof(want), "flxrun: cannot bind rank 0 to CPUs 0-%ld of %ld: %s (--bind none runs unbound)\n",
-             c - 1, c, strerror(EPERM));
+    snprintf(want, sizeof(want), "flxrun: cannot bind rank 0 to CPUs %s of %ld: %s (--bind none runs unbound)\n",
+             cpumap_list(&mine, list, sizeof(list)), c, strerror(EPERM));
     ck_assert_msg(r.code == 127, "--bind core, setaffinity refused: exit %d, stderr:\n%s", r.code, r.err);
     ck_assert_msg(strstr(r.err, want) != NULL, "stderr:\n%s\nwanted:\n%s", r.err, want);
     ck_assert_str_eq(r.out, "");

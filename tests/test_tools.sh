@@ -51,6 +51,13 @@ FLX_TCP_SOCKETS=2 "$top/flx-info" | grep -q "^# transports: tcp (2 connections p
     fail "flx-info does not say what FLX_TCP_LANE=auto does"
 FLX_SPIN=10us "$top/flx-info" | grep -q "^# tcp waiting: busy-polls 10 us (FLX_SPIN.* it spins on recv() alone$" ||
     fail "flx-info does not say how the tcp backend waits"
+# the CPUs flxrun places ranks on: this process's list and count, as the kernel has them
+cpus=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+ncpu=$(nproc)
+"$top/flx-info" | grep -q "^# cpus: $cpus: $ncpu in [0-9]* cores\? (at most [0-9]* threads\? a core), [0-9]* packages\?; flxrun binds" ||
+    fail "flx-info does not list this process's CPUs ($cpus, $ncpu) and their cores"
+taskset -c "${cpus%%[,-]*}" "$top/flx-info" | grep -q "^# cpus: ${cpus%%[,-]*}: 1 in 1 core (at most 1 thread a core), 1 package;" ||
+    fail "flx-info under taskset does not show the one CPU left"
 # the out-of-place allgather streams its own block above this core's L2 (getconf; 1 MiB
 # where it does not say), or never without AVX
 if [ "$(uname -m)" = x86_64 ] && grep -qw avx /proc/cpuinfo; then

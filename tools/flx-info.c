@@ -4,6 +4,7 @@
 #include "flexcoll.h"
 #include "common/config.h"
 #include "common/copy.h"
+#include "tools/cpumap.h"
 #ifdef FLX_HAVE_VERBS
 #include "transport/ib/ib.h"
 #endif
@@ -166,6 +167,28 @@ out:
     return rc || st != FLX_OK;
 }
 
+/* The CPUs this process may use, as flxrun --bind core places ranks on them. */
+static void print_cpus(void)
+{
+    cpu_set_t allowed;
+    cpumap_t *map = malloc(sizeof(*map));
+    char list[1024];
+
+    if (map == NULL || sched_getaffinity(0, sizeof(allowed), &allowed) < 0) {
+        printf("# cpus: unknown (%s)\n", map == NULL ? "out of memory" : "sched_getaffinity failed");
+        free(map);
+        return;
+    }
+    cpumap_read(map, &allowed, CPUMAP_SYSFS);
+    printf("# cpus: %s: %d in %d core%s (at most %d thread%s a core), %d package%s; "
+           "flxrun binds each rank to whole cores while ranks <= cores, siblings together "
+           "up to one rank a CPU (--report-bindings shows where)\n",
+           cpumap_list(&allowed, list, sizeof(list)), map->ncpus, map->ncores,
+           map->ncores == 1 ? "" : "s", map->max_threads, map->max_threads == 1 ? "" : "s",
+           map->npackages, map->npackages == 1 ? "" : "s");
+    free(map);
+}
+
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {{"calibrate", no_argument, 0, 'C'},
@@ -258,6 +281,7 @@ int main(int argc, char **argv)
     printf("# launcher: flxrun -n N [--timeout S] forwards INT TERM HUP QUIT USR1 USR2 to "
            "every rank; Ctrl-Z stops every rank and fg/bg resumes them (the time stopped "
            "counts toward neither --timeout nor FLX_TIMEOUT)\n");
+    print_cpus();
     print_devices();
 #ifdef FLX_HAVE_VERBS
     ib_dev_print(stdout);
