@@ -30,8 +30,9 @@
 # Loopback only: mpirun uses ob1 + btl tcp,self restricted to lo (and its
 # out-of-band channel to lo); flexcoll ranks rendezvous at 127.0.0.1 (flxrun)
 # and listen on lo (FLX_SOCKET_IFNAME=lo).  Both bind alike: each rank to its
-# own core when the ranks are no more than the CPUs this script may use
-# (flxrun's default; mpirun --bind-to core), else neither (--bind-to none).
+# own core when the ranks are no more than the cores this script may use
+# (flxrun's default; mpirun --bind-to core), to a hardware thread when they
+# are no more than the CPUs (--bind-to hwthread), else neither (--bind-to none).
 #
 # -B gloo compares with Gloo (Debian's libgloo-dev) instead: the script builds
 # scripts/gloo-coll-bench.cc with g++ and starts its ranks with flxrun (they
@@ -386,10 +387,22 @@ fi
 sweep=(-b "$minb" -e "$maxb" -f 2 -n "$iters" -w "$warmup" -c "$check")
 tag="" # the size of a paired run, in its log's name
 
-# mpi_bind N: mpirun's --bind-to for N ranks, as flxrun binds them
+# mpi_bind N: mpirun's --bind-to for N ranks, as flxrun binds them: a core each
+# while they fit the cores, a hardware thread each while they fit the CPUs
+# (flxrun --report-bindings counts both), else none
 mpi_bind() {
+    local cores cpus
     # (nproc obeys OMP_NUM_THREADS; flxrun counts the CPUs it may use)
-    if [ "$1" -le "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" ]; then echo core; else echo none; fi
+    cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+    cores=$("$build/flxrun" --report-bindings -n 1 true 2>&1 |
+            sed -n 's/^flxrun: [0-9]* CPUs in \([0-9]*\) cores\? .*/\1/p') || cores=""
+    if [ "$1" -le "${cores:-$cpus}" ]; then
+        echo core
+    elif [ "$1" -le "$cpus" ]; then
+        echo hwthread
+    else
+        echo none
+    fi
 }
 
 # run_one IMPL COLL N REP: run one benchmark, append its rows to $results as
@@ -448,7 +461,7 @@ run_pair() {
         # mpirun's --bind-to core); the first two CPUs where it binds none
         local pair
         pair=$("$build/flxrun" --report-bindings -n "$2" true 2>&1 |
-               sed -n 's/^flxrun: rank [01]: CPUs \([0-9]*\).*/\1/p' | tr '\n' ' ')
+               sed -n 's/^flxrun: rank [01]: CPUs \([0-9]*\).*/\1/p' | tr '\n' ' ') || pair=""
         # shellcheck disable=SC2086 # two CPU numbers, or none
         ns=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT "$latency" $pair 2>/dev/null |
              awk '{ print $(NF - 3) }') || ns="n/a"

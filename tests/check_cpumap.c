@@ -100,8 +100,9 @@ static void expect_blocks(const cpumap_t *map, long nranks, const char *const *w
 }
 
 /* What every placement must be, for each N from 1 to C: non-empty blocks,
- * disjoint, covering allowed; while N <= K, no core split between two
- * ranks and the ranks' core counts at most one apart. */
+ * disjoint; while N <= K covering allowed, no core split between two ranks
+ * and the ranks' core counts at most one apart; above K each block inside
+ * one core, and at N = C one CPU each. */
 static void check_properties(const cpumap_t *map, const cpu_set_t *allowed)
 {
     ck_assert_int_eq(map->ncpus, CPU_COUNT(allowed));
@@ -128,9 +129,26 @@ static void check_properties(const cpumap_t *map, const cpu_set_t *allowed)
             most = k > most ? k : most;
             least = k < least ? k : least;
         }
-        ck_assert_msg(CPU_EQUAL(&all, allowed), "-n %ld: the blocks do not cover the CPUs", n);
-        if (n > map->ncores)
+        if (n > map->ncores) {
+            for (long r = 0; r < n; r++) {
+                int core = -1, package = -2;
+
+                for (int i = 0; i < map->ncpus; i++) {
+                    if (!CPU_ISSET(map->cpu[i].cpu, &sets[r]))
+                        continue;
+                    ck_assert_msg(package == -2 || (map->cpu[i].package == package &&
+                                                    map->cpu[i].core == core),
+                                  "-n %ld: rank %ld spans two cores", n, r);
+                    package = map->cpu[i].package;
+                    core = map->cpu[i].core;
+                }
+                ck_assert_int_eq(cpumap_rank(map, n, r, &sets[r]), 1);
+                if (n == map->ncpus)
+                    ck_assert_int_eq(CPU_COUNT(&sets[r]), 1);
+            }
             continue;
+        }
+        ck_assert_msg(CPU_EQUAL(&all, allowed), "-n %ld: the blocks do not cover the CPUs", n);
         ck_assert_msg(most - least <= 1, "-n %ld: %d to %d cores a rank", n, least, most);
         for (int i = 0; i < map->ncpus; i++)
             for (int j = 0; j < map->ncpus; j++) {
@@ -182,7 +200,9 @@ START_TEST(test_siblings_apart)
     expect_blocks(map, 2, (const char *[]){"0,1,4,5", "2,3,6,7"}, (int[]){2, 2});
     expect_blocks(map, 3, (const char *[]){"0,4", "1,5", "2,3,6,7"}, (int[]){1, 1, 2});
     expect_blocks(map, 4, (const char *[]){"0,4", "1,5", "2,6", "3,7"}, (int[]){1, 1, 1, 1});
-    /* more ranks than cores: threads in core order, siblings next to each other */
+    /* more ranks than cores: threads in core order, a block cut where its
+     * first core ends (-n 5: rank 1's [1, 3) would take 4 and 1; CPU 1 idles) */
+    expect_blocks(map, 5, (const char *[]){"0", "4", "5", "2,6", "3,7"}, (int[]){1, 1, 1, 1, 1});
     expect_blocks(map, 6, (const char *[]){"0", "4", "1,5", "2", "6", "3,7"},
                   (int[]){1, 1, 1, 1, 1, 1});
     expect_blocks(map, 8, (const char *[]){"0", "4", "1", "5", "2", "6", "3", "7"},
@@ -241,6 +261,9 @@ START_TEST(test_hybrid)
     expect_blocks(map, 3, (const char *[]){"0-3", "4,5", "6,7"}, (int[]){2, 2, 2});
     expect_blocks(map, 6, (const char *[]){"0,1", "2,3", "4", "5", "6", "7"},
                   (int[]){1, 1, 1, 1, 1, 1});
+    /* [6, 8) would span the little cores 6 and 7 */
+    expect_blocks(map, 7, (const char *[]){"0", "1", "2", "3", "4", "5", "6"},
+                  (int[]){1, 1, 1, 1, 1, 1, 1});
     free(map);
 }
 END_TEST
@@ -284,8 +307,10 @@ START_TEST(test_no_topology)
 }
 END_TEST
 
-/* malformed or inconsistent files: that CPU is a core of its own, in an
- * unknown package (placed first), and the others are unaffected */
+/* malformed or inconsistent files: a malformed core_cpus_list falls back
+ * to thread_siblings_list, a missing package to that of the core's first
+ * CPU; a CPU neither file places is a core of its own, in an unknown
+ * package (placed first), and the others are unaffected */
 START_TEST(test_malformed)
 {
     static const fake_cpu_t bad[] = {
@@ -294,8 +319,8 @@ START_TEST(test_malformed)
         {2, "0", "0,2", "0,2"},
         {3, "x", "1-", "1-"},            /* neither file parses */
         {4, "0", "5-6", "5-6"},          /* its list does not hold it */
-        {5, "0", "5,6", NULL},
-        {6, "0", "5,6", NULL},
+        {5, "0", "5,,6", "5-6"},         /* core_cpus_list malformed */
+        {6, NULL, "5,6", NULL},          /* no package: CPU 5's */
     };
     cpumap_t *map = malloc(sizeof(*map));
 
@@ -328,6 +353,13 @@ START_TEST(test_list_format)
     /* a buffer too short keeps whole entries only */
     set_of("0,2,4,6,8,10", &set);
     ck_assert_str_eq(cpumap_list(&set, buf, 8), "0,2,4,6");
+    ck_assert_str_eq(cpumap_list(&set, buf, 9), "0,2,4,6");
+    ck_assert_str_eq(cpumap_list(&set, buf, 10), "0,2,4,6,8");
+    ck_assert_str_eq(cpumap_list(&set, buf, 12), "0,2,4,6,8");
+    ck_assert_str_eq(cpumap_list(&set, buf, 13), "0,2,4,6,8,10");
+    set_of("0-3,10-11", &set);
+    ck_assert_str_eq(cpumap_list(&set, buf, 7), "0-3");
+    ck_assert_str_eq(cpumap_list(&set, buf, 2), "");
     CPU_ZERO(&set);
     ck_assert_str_eq(cpumap_list(&set, buf, sizeof(buf)), "");
 }

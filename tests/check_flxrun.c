@@ -1085,7 +1085,9 @@ START_TEST(test_bind)
                               cpumap_list(&want, w, sizeof(w)));
                 CPU_OR(&all, &all, &sets[i]);
             }
-            ck_assert_msg(CPU_EQUAL(&all, &mine), "-n %ld: the blocks do not cover the CPUs", n);
+            if (n <= map->ncores || n == c)
+                ck_assert_msg(CPU_EQUAL(&all, &mine), "-n %ld: the blocks do not cover the CPUs",
+                              n);
         }
     }
     free(map);

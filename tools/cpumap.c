@@ -50,8 +50,10 @@ char *cpumap_list(const cpu_set_t *set, char *buf, size_t len)
             last++;
         n = last == c ? snprintf(buf + used, len - used, "%s%d", used ? "," : "", c)
                       : snprintf(buf + used, len - used, "%s%d-%d", used ? "," : "", c, last);
-        if (n < 0 || (size_t)n >= len - used)
-            break;                           /* cut short: what fit stays */
+        if (n < 0 || (size_t)n >= len - used) {
+            buf[used] = '\0';                /* cut short: whole entries only */
+            break;
+        }
         used += (size_t)n;
         c = last;
     }
@@ -74,22 +76,31 @@ static bool cpumap_topology_file(const char *dir, int cpu, const char *name, cha
     return ok;
 }
 
-/* The lowest CPU of cpu's core; cpu itself where sysfs does not say or the
- * list does not hold cpu. */
-static int cpumap_core_of(const char *dir, int cpu)
+/* The lowest CPU of cpu's core from the list file name; -1 where it is
+ * missing, malformed or does not hold cpu. */
+static int cpumap_core_from(const char *dir, int cpu, const char *name)
 {
     char line[4096];
     cpu_set_t core;
 
-    if (!cpumap_topology_file(dir, cpu, "core_cpus_list", line, sizeof(line)) &&
-        !cpumap_topology_file(dir, cpu, "thread_siblings_list", line, sizeof(line)))
-        return cpu;
-    if (cpumap_parse_list(line, &core) < 0 || !CPU_ISSET(cpu, &core))
-        return cpu;
+    if (!cpumap_topology_file(dir, cpu, name, line, sizeof(line)) ||
+        cpumap_parse_list(line, &core) < 0 || !CPU_ISSET(cpu, &core))
+        return -1;
     for (int c = 0; c < CPU_SETSIZE; c++)
         if (CPU_ISSET(c, &core))
             return c;
-    return cpu;
+    return -1;
+}
+
+/* The lowest CPU of cpu's core (core_cpus_list, else thread_siblings_list);
+ * cpu itself where neither says. */
+static int cpumap_core_of(const char *dir, int cpu)
+{
+    int core = cpumap_core_from(dir, cpu, "core_cpus_list");
+
+    if (core < 0)
+        core = cpumap_core_from(dir, cpu, "thread_siblings_list");
+    return core < 0 ? cpu : core;
 }
 
 static int cpumap_package_of(const char *dir, int cpu)
@@ -129,8 +140,13 @@ void cpumap_read(cpumap_t *map, const cpu_set_t *allowed, const char *dir)
     for (int c = 0; c < CPU_SETSIZE; c++) {
         if (!CPU_ISSET(c, allowed))
             continue;
-        map->cpu[map->ncpus++] = (cpumap_cpu_t){
-            .cpu = c, .package = cpumap_package_of(dir, c), .core = cpumap_core_of(dir, c)};
+        cpumap_cpu_t *m = &map->cpu[map->ncpus++];
+
+        m->cpu = c;
+        m->core = cpumap_core_of(dir, c);
+        m->package = cpumap_package_of(dir, c);
+        if (m->package < 0 && m->core != c)  /* its core's first CPU may say */
+            m->package = cpumap_package_of(dir, m->core);
     }
     qsort(map->cpu, (size_t)map->ncpus, sizeof(map->cpu[0]), cpumap_cmp);
     map->ncores = map->npackages = map->max_threads = 0;
@@ -161,8 +177,8 @@ int cpumap_rank(const cpumap_t *map, long nranks, long rank, cpu_set_t *set)
         unit = by_core ? unit + new_core : i;
         if (unit < first)
             continue;
-        if (unit >= end)
-            break;
+        if (unit >= end || (!by_core && new_core && CPU_COUNT(set) > 0))
+            break;                           /* a block of threads stays in one core */
         if (new_core || CPU_COUNT(set) == 0)
             cores++;
         CPU_SET(map->cpu[i].cpu, set);

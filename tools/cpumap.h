@@ -12,6 +12,9 @@
  *   -n 4: rank 0 {0,4}, rank 1 {1,5}, rank 2 {2,6}, rank 3 {3,7}
  *   -n 2: rank 0 {0,1,4,5}, rank 1 {2,3,6,7}
  *   -n 8 (more ranks than cores): one thread each, in that order
+ *   -n 5: rank 0 {0}, rank 1 {4}, rank 2 {5}, rank 3 {2,6}, rank 4 {3,7}
+ *         (threads [i*C/N, (i+1)*C/N) of that order, cut where the core the
+ *         block starts in ends, so no rank spans two cores; CPU 1 idles)
  *
  * With one thread a core and one package (or no topology in sysfs) this is
  * CPUs [i*C/N, (i+1)*C/N) in number order, as before the map existed.
@@ -45,14 +48,16 @@ typedef struct {
 
 /* Fills map with the CPUs of allowed as the files under dir describe them
  * (cpuN/topology/core_cpus_list, else thread_siblings_list; cpuN/topology/
- * physical_package_id).  A CPU whose files are missing or malformed is a
- * core of its own in an unknown package.  Never fails. */
+ * physical_package_id, else that of its core's first CPU).  A CPU whose
+ * files are missing or malformed is a core of its own in an unknown
+ * package.  Never fails. */
 void cpumap_read(cpumap_t *map, const cpu_set_t *allowed, const char *dir);
 
 /* The CPUs of rank (0 <= rank < nranks <= map->ncpus) into set: with
  * nranks <= map->ncores, whole cores [rank*K/N, (rank+1)*K/N) of the K in
- * map order; else CPUs [rank*C/N, (rank+1)*C/N) of the C in map order.
- * Returns the number of cores the set touches. */
+ * map order; else CPUs [rank*C/N, (rank+1)*C/N) of the C in map order, up
+ * to the end of the core the first of them is in (never empty: the block
+ * starts differ).  Returns the number of cores the set touches. */
 int cpumap_rank(const cpumap_t *map, long nranks, long rank, cpu_set_t *set);
 
 /* set as a kernel CPU list ("0-3,8,10-11") into buf; "" for an empty set.

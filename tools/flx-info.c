@@ -181,8 +181,8 @@ static void print_cpus(void)
     }
     cpumap_read(map, &allowed, CPUMAP_SYSFS);
     printf("# cpus: %s: %d in %d core%s (at most %d thread%s a core), %d package%s; "
-           "flxrun binds each rank to whole cores while ranks <= cores, siblings together "
-           "up to one rank a CPU (--report-bindings shows where)\n",
+           "flxrun binds each rank to whole cores while ranks <= cores, else to threads of "
+           "one core, up to one rank a CPU (--report-bindings shows where)\n",
            cpumap_list(&allowed, list, sizeof(list)), map->ncpus, map->ncores,
            map->ncores == 1 ? "" : "s", map->max_threads, map->max_threads == 1 ? "" : "s",
            map->npackages, map->npackages == 1 ? "" : "s");

@@ -30,9 +30,9 @@
  *  - --bind: with `core' rank i runs on its own block of the CPUs flxrun may
  *    use (sched_getaffinity), set before the exec: whole cores [i*K/N,
  *    (i+1)*K/N) of their K cores while N <= K, else CPUs [i*C/N, (i+1)*C/N)
- *    of the C, each in the order package, core, thread that sysfs gives
- *    (cpumap.h; with one thread a core, CPU number order); N > C is bad
- *    usage.  `none' leaves the ranks where flxrun is.
+ *    of the C cut at the end of a core, each in the order package, core,
+ *    thread that sysfs gives (cpumap.h; with one thread a core, CPU number
+ *    order); N > C is bad usage.  `none' leaves the ranks where flxrun is.
  *    The default, `auto', binds when N <= C and not otherwise, as mpirun
  *    does.  Unbound, two spinning ranks often share one core: every other
  *    call then waits for a context switch (a 2-rank 512 B allreduce, mean
@@ -108,6 +108,7 @@ typedef struct {
     double timeout_s;            /* 0: none */
     flxrun_bind_t bind;          /* resolved to CORE or NONE before the ranks start */
     bool report;                 /* --report-bindings */
+    const char *unbound_why;     /* why the ranks run unbound, with NONE */
     cpu_set_t cpus;              /* the CPUs flxrun may use, with CORE */
     long ncpus;
     cpumap_t map;                /* their cores and packages, with CORE */
@@ -193,8 +194,8 @@ static void flxrun_usage(FILE *f)
             "  -t, --timeout S     stop the job after S seconds (fractional ok), exit 124\n"
             "      --bind MODE     core: rank i runs on whole cores [i*K/N, (i+1)*K/N) of the\n"
             "                      K cores flxrun may use (all their threads), by package;\n"
-            "                      with N > K, on CPUs [i*C/N, (i+1)*C/N) of the C, siblings\n"
-            "                      together (N <= C); none: unbound;\n"
+            "                      with N > K, on threads [i*C/N, (i+1)*C/N) of the C in\n"
+            "                      core order, within one core (N <= C); none: unbound;\n"
             "                      auto (default): core if N <= C, else none\n"
             "      --report-bindings  print each rank's CPUs to stderr before it starts\n"
             "  -h, --help          this help\n"
@@ -243,6 +244,7 @@ static int flxrun_opts_parse(int argc, char **argv, flxrun_opts_t *opts)
     opts->timeout_s = 0;
     opts->bind = FLXRUN_BIND_AUTO;
     opts->report = false;
+    opts->unbound_why = "--bind none";
     opts->ncpus = 0;
     opts->prog_argv = NULL;
 
@@ -341,6 +343,7 @@ static int flxrun_opts_parse(int argc, char **argv, flxrun_opts_t *opts)
                 return FLXRUN_EXIT_START;
             }
             opts->bind = FLXRUN_BIND_NONE;
+            opts->unbound_why = "this process's CPUs unreadable";
             return -1;
         }
         opts->ncpus = CPU_COUNT(&opts->cpus);
@@ -350,6 +353,8 @@ static int flxrun_opts_parse(int argc, char **argv, flxrun_opts_t *opts)
             goto err_usage;
         }
         opts->bind = opts->nranks <= opts->ncpus ? FLXRUN_BIND_CORE : FLXRUN_BIND_NONE;
+        if (opts->bind == FLXRUN_BIND_NONE)
+            opts->unbound_why = "more ranks than CPUs";
         if (opts->bind == FLXRUN_BIND_CORE)
             cpumap_read(&opts->map, &opts->cpus, CPUMAP_SYSFS);
     }
@@ -585,7 +590,7 @@ static void flxrun_signals_reset(const sigset_t *old)
 static int flxrun_rank_bind(const flxrun_opts_t *opts, long rank)
 {
     cpu_set_t mine;
-    char list[256];
+    char list[1024];
 
     cpumap_rank(&opts->map, opts->nranks, rank, &mine);
     if (sched_setaffinity(0, sizeof(mine), &mine) < 0) {
@@ -610,8 +615,7 @@ static void flxrun_report_bindings(const flxrun_opts_t *opts)
         if (sched_getaffinity(0, sizeof(here), &here) < 0)
             CPU_ZERO(&here);
         fprintf(stderr, "flxrun: %ld rank%s not bound (%s): CPUs %s\n", opts->nranks,
-                opts->nranks == 1 ? "" : "s",
-                opts->ncpus > 0 ? "more ranks than CPUs" : "--bind none",
+                opts->nranks == 1 ? "" : "s", opts->unbound_why,
                 cpumap_list(&here, list, sizeof(list)));
         return;
     }
