@@ -387,18 +387,20 @@ fi
 sweep=(-b "$minb" -e "$maxb" -f 2 -n "$iters" -w "$warmup" -c "$check")
 tag="" # the size of a paired run, in its log's name
 
+# the CPUs and cores flxrun may use (nproc obeys OMP_NUM_THREADS; flxrun
+# --report-bindings counts both; its CPU count where it says nothing)
+host_cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+host_cores=$("$build/flxrun" --report-bindings -n 1 true 2>&1 |
+             sed -n 's/^flxrun: [0-9]* CPUs\? in \([0-9]*\) cores\? .*/\1/p') || host_cores=""
+host_cores=${host_cores:-$host_cpus}
+
 # mpi_bind N: mpirun's --bind-to for N ranks, as flxrun binds them: a core each
-# while they fit the cores, a hardware thread each while they fit the CPUs
-# (flxrun --report-bindings counts both), else none
+# while they fit the cores, a hardware thread each while they fit the CPUs,
+# else none
 mpi_bind() {
-    local cores cpus
-    # (nproc obeys OMP_NUM_THREADS; flxrun counts the CPUs it may use)
-    cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
-    cores=$("$build/flxrun" --report-bindings -n 1 true 2>&1 |
-            sed -n 's/^flxrun: [0-9]* CPUs in \([0-9]*\) cores\? .*/\1/p') || cores=""
-    if [ "$1" -le "${cores:-$cpus}" ]; then
+    if [ "$1" -le "$host_cores" ]; then
         echo core
-    elif [ "$1" -le "$cpus" ]; then
+    elif [ "$1" -le "$host_cpus" ]; then
         echo hwthread
     else
         echo none

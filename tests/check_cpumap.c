@@ -196,6 +196,12 @@ START_TEST(test_siblings_apart)
     ck_assert_int_eq(map->ncores, 4);
     ck_assert_int_eq(map->npackages, 1);
     ck_assert_int_eq(map->max_threads, 2);
+    {
+        char d[160];
+
+        ck_assert_str_eq(cpumap_describe(map, d, sizeof(d)),
+                         "8 CPUs in 4 cores (at most 2 threads a core) in 1 package");
+    }
     expect_blocks(map, 1, (const char *[]){"0-7"}, (int[]){4});
     expect_blocks(map, 2, (const char *[]){"0,1,4,5", "2,3,6,7"}, (int[]){2, 2});
     expect_blocks(map, 3, (const char *[]){"0,4", "1,5", "2,3,6,7"}, (int[]){1, 1, 2});
@@ -240,6 +246,12 @@ START_TEST(test_packages_alternate)
     ck_assert_int_eq(map->ncores, 8);
     ck_assert_int_eq(map->npackages, 2);
     ck_assert_int_eq(map->max_threads, 1);
+    {
+        char d[160];
+
+        ck_assert_str_eq(cpumap_describe(map, d, sizeof(d)),
+                         "8 CPUs in 8 cores (at most 1 thread a core) in 2 packages");
+    }
     expect_blocks(map, 2, (const char *[]){"0,2,4,6", "1,3,5,7"}, (int[]){4, 4});
     expect_blocks(map, 4, (const char *[]){"0,2", "4,6", "1,3", "5,7"}, (int[]){2, 2, 2, 2});
     free(map);

@@ -60,6 +60,15 @@ char *cpumap_list(const cpu_set_t *set, char *buf, size_t len)
     return buf;
 }
 
+char *cpumap_describe(const cpumap_t *map, char *buf, size_t len)
+{
+    snprintf(buf, len, "%d CPU%s in %d core%s (at most %d thread%s a core) in %d package%s",
+             map->ncpus, map->ncpus == 1 ? "" : "s", map->ncores, map->ncores == 1 ? "" : "s",
+             map->max_threads, map->max_threads == 1 ? "" : "s", map->npackages,
+             map->npackages == 1 ? "" : "s");
+    return buf;
+}
+
 /* The first line of dir/cpuN/topology/name into buf; false if absent. */
 static bool cpumap_topology_file(const char *dir, int cpu, const char *name, char *buf, size_t len)
 {

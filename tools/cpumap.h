@@ -60,6 +60,10 @@ void cpumap_read(cpumap_t *map, const cpu_set_t *allowed, const char *dir);
  * starts differ).  Returns the number of cores the set touches. */
 int cpumap_rank(const cpumap_t *map, long nranks, long rank, cpu_set_t *set);
 
+/* "C CPUs in K cores (at most T threads a core) in P packages" (singular
+ * where one) into buf.  Returns buf. */
+char *cpumap_describe(const cpumap_t *map, char *buf, size_t len);
+
 /* set as a kernel CPU list ("0-3,8,10-11") into buf; "" for an empty set.
  * Returns buf. */
 char *cpumap_list(const cpu_set_t *set, char *buf, size_t len);

@@ -172,7 +172,7 @@ static void print_cpus(void)
 {
     cpu_set_t allowed;
     cpumap_t *map = malloc(sizeof(*map));
-    char list[1024];
+    char list[1024], topo[160];
 
     if (map == NULL || sched_getaffinity(0, sizeof(allowed), &allowed) < 0) {
         printf("# cpus: unknown (%s)\n", map == NULL ? "out of memory" : "sched_getaffinity failed");
@@ -180,12 +180,9 @@ static void print_cpus(void)
         return;
     }
     cpumap_read(map, &allowed, CPUMAP_SYSFS);
-    printf("# cpus: %s: %d in %d core%s (at most %d thread%s a core), %d package%s; "
-           "flxrun binds each rank to whole cores while ranks <= cores, else to threads of "
-           "one core, up to one rank a CPU (--report-bindings shows where)\n",
-           cpumap_list(&allowed, list, sizeof(list)), map->ncpus, map->ncores,
-           map->ncores == 1 ? "" : "s", map->max_threads, map->max_threads == 1 ? "" : "s",
-           map->npackages, map->npackages == 1 ? "" : "s");
+    printf("# cpus: %s: %s; flxrun binds each rank to whole cores while ranks <= cores, else "
+           "to threads of one core, up to one rank a CPU (--report-bindings shows where)\n",
+           cpumap_list(&allowed, list, sizeof(list)), cpumap_describe(map, topo, sizeof(topo)));
     free(map);
 }
 

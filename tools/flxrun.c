@@ -619,10 +619,7 @@ static void flxrun_report_bindings(const flxrun_opts_t *opts)
                 cpumap_list(&here, list, sizeof(list)));
         return;
     }
-    fprintf(stderr, "flxrun: %d CPUs in %d core%s (at most %d thread%s a core) in %d package%s\n",
-            opts->map.ncpus, opts->map.ncores, opts->map.ncores == 1 ? "" : "s",
-            opts->map.max_threads, opts->map.max_threads == 1 ? "" : "s", opts->map.npackages,
-            opts->map.npackages == 1 ? "" : "s");
+    fprintf(stderr, "flxrun: %s\n", cpumap_describe(&opts->map, list, sizeof(list)));
     for (long r = 0; r < opts->nranks; r++) {
         cpu_set_t set;
         int cores = cpumap_rank(&opts->map, opts->nranks, r, &set);
