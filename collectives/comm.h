@@ -86,8 +86,9 @@ struct flx_comm {
     /* written by any thread, read with __atomic_load_n */
     int aborted;              /* flx_comm_abort was called               */
     int first_err;            /* the first error (flx_comm_get_async_error) */
-    uint64_t stalled_us;      /* gaps over COLL_STALL_S in this process's
-                                 waits, summed (atomic: see coll_stalled_us) */
+    uint64_t stalled_us;      /* gaps over FLX_STALL_S (common/stall.h) in
+                                 this process's waits, summed (atomic: see
+                                 coll_stalled_us) */
     void *scratch[2];         /* [0] algorithms, [1] api working copies  */
     size_t scratch_len[2];
     size_t stream_min;        /* local copies above this stream (copy.h) */
@@ -124,8 +125,8 @@ flx_status_t coll_recv(flx_comm_h comm, int peer, uint32_t step, void *buf, size
 flx_status_t coll_wait(flx_comm_h comm, tl_req_t *req);
 flx_status_t coll_waitall(flx_comm_h comm, tl_req_t *reqs, size_t n);
 /* How long one wait has waited, for FLX_TIMEOUT.  A gap longer than
- * COLL_STALL_S between two of its progress rounds is not counted: this
- * process did not run (stopped by SIGTSTP or SIGSTOP, as flxrun does to
+ * FLX_STALL_S (common/stall.h) between two of its progress rounds is not
+ * counted: this process did not run (stopped by SIGTSTP or SIGSTOP, as flxrun does to
  * every rank on Ctrl-Z, or not scheduled), so after a stop of the whole job
  * a rank does not time out on a peer that resumed a moment after it.  A
  * peer stopped alone still times out: the waiting rank's clock has no gap. */

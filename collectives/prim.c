@@ -7,6 +7,7 @@
 #include "collectives/comm.h"
 #include "common/copy.h"
 #include "common/log.h"
+#include "common/stall.h"
 #include "common/time.h"
 #include "common/util.h"
 
@@ -61,8 +62,6 @@ flx_status_t coll_recv(flx_comm_h comm, int peer, uint32_t step, void *buf, size
 /* Longest sleep of one progress round: bounds how long flx_comm_abort
  * from another thread takes to reach a waiting collective. */
 #define COLL_PROGRESS_SLICE_S 0.1
-/* A longer gap between two rounds of one wait was not waiting (coll_clock_t). */
-#define COLL_STALL_S 1.0
 
 uint64_t coll_stalled_us(flx_comm_h comm)
 {
@@ -85,7 +84,7 @@ flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, coll_clock_t *clk
     if (st != FLX_OK)
         return prim_failed(comm, comm_aborted(comm) ? FLX_ERR_ABORTED : st);
     now = flx_time_coarse();
-    if (now - clk->last > COLL_STALL_S) { /* this process was stopped: see coll_clock_t */
+    if (now - clk->last > FLX_STALL_S) { /* this process was stopped: see coll_clock_t */
         clk->since += now - clk->last;
         __atomic_fetch_add(&comm->stalled_us, (uint64_t)((now - clk->last) * 1e6),
                            __ATOMIC_RELAXED);

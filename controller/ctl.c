@@ -34,6 +34,7 @@
 #include "compress/cmp.h"
 #include "common/dtype.h"
 #include "common/log.h"
+#include "common/stall.h"
 #include "common/time.h"
 #include "common/util.h"
 
@@ -45,8 +46,9 @@
 
 #define CTL_SAMPLE 16384      /* positions sampled for the statistics     */
 #define CTL_LAMBDA 0.3        /* weight of the newest timing in the EWMAs */
-#define CTL_AGREE_FIXED 5     /* agreed: compute, comm, select, per-rank gain,
-                                 stopped (see ctl_take_agreed) */
+#define CTL_AGREE_FIXED 6     /* agreed: compute, comm, select, per-rank gain,
+                                 stopped in the sync, stopped before it
+                                 (see ctl_take_agreed) */
 #define CTL_MARGIN 0.05       /* a new choice must score this much better */
 #define CTL_PROBE_AGE 100     /* a collective unseen this long is stale   */
 #define CTL_PROBE_WINDOW 0.5  /* ... and is tried once if this close      */
@@ -90,6 +92,9 @@ struct flx_ctl {
     int have_last;              /* the last step's choice, for the model    */
     int last_probe;             /* ... was a probe of a stale collective    */
     double last_stalled_s;      /* ... this process was stopped inside it    */
+    flx_stall_watch_t *watch;   /* sees stops between two steps (NULL: none) */
+    uint64_t watch_mark;        /* ... its sum when the last step ended      */
+    double between_stalled_s;   /* stopped since then, seen at this step    */
     ctl_ratio_t gain_ratio[CTL_COLL_COUNT]; /* combined / predicted gain     */
     ctl_ratio_t rank_ratio[CTL_COLL_COUNT]; /* per-rank / predicted gain     */
     double last_rank_gain;      /* what this rank's last sync kept          */
@@ -315,6 +320,13 @@ static flx_status_t ctl_create_local(flx_ctl_h h, flx_comm_h comm, size_t n,
     if (h->agree == NULL || h->agreed == NULL)
         return FLX_ERR_NO_MEMORY;
     h->cur_kept = h->o.mode == FLX_CTL_ACCORDION ? h->o.critical_kept : h->o.fractions[0];
+    /* a stop while the caller computes falls in no wait of ours: a thread
+     * sees it (see ctl_take_agreed); without one, such a stop is learnt */
+    if ((h->watch = flx_stall_watch_start()) == NULL)
+        flx_warn(CTRL, h->rank, "flx_ctl_create: cannot start the thread that sees this rank "
+                 "stopped between two steps (%m): a stop while computing will be taken for "
+                 "compute and network time");
+    h->watch_mark = flx_stall_watch_us(h->watch);
     if (h->o.log_path && h->rank == 0) { /* rank 0 writes it */
         h->log = fopen(h->o.log_path, "w");
         if (h->log == NULL) {
@@ -394,6 +406,7 @@ flx_status_t flx_ctl_destroy(flx_ctl_h h)
                 st = FLX_ERR_IO;
         }
     }
+    flx_stall_watch_stop(h->watch);
     free(h->sample_pos);
     free(h->sample_seg);
     free(h->accum);
@@ -464,16 +477,22 @@ static void ctl_commit_stats(flx_ctl_h h, int interval_end)
 
 static double ctl_ewma(double old, double x) { return old < 0 ? x : (1 - CTL_LAMBDA) * old + CTL_LAMBDA * x; }
 
-/* step 3: the model learns from the last step's agreed timings (not from a sync
- * some rank was stopped in: stopped) */
-static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double select_s, int stopped)
+/* step 3: the model learns from the last step's agreed timings: not from a
+ * sync some rank was stopped in or waited for a stopped rank in (stopped),
+ * nor from compute times a stop may be part of (stopped_before: the mean of
+ * the stops before the sync, subtracted only where no estimate exists yet) */
+static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double select_s, int stopped,
+                      double stopped_before)
 {
     /* alpha from 1/10 to 1000 times, B from 1/10^4 to 16 times calibration */
     double a, b, lo[2] = {h->alpha0 / 10, h->inv_bw0 / 16}, hi[2] = {h->alpha0 * 1e3, h->inv_bw0 * 1e4};
 
     /* the first step's compute (first touch of every buffer) is a warm-up:
      * the second step's replaces it */
-    h->compute_s = h->agreed_step == 1 ? compute_s : ctl_ewma(h->compute_s, compute_s);
+    if (stopped_before <= 0)
+        h->compute_s = h->agreed_step == 1 ? compute_s : ctl_ewma(h->compute_s, compute_s);
+    else if (h->compute_s < 0)
+        h->compute_s = FLX_MAX(0.0, compute_s - stopped_before);
     double before;
     ctl_coll_t c;
 
@@ -707,6 +726,7 @@ static void ctl_fill_timings(flx_ctl_h h, double compute_s)
     h->agree[nf + 2] = h->have_last ? h->last.score : 0;  /* ... and its selection */
     h->agree[nf + 3] = h->have_last ? h->last_rank_gain : 0; /* ... and this rank's gain */
     h->agree[nf + 4] = h->have_last ? h->last_stalled_s : 0;  /* ... and this rank's stop */
+    h->agree[nf + 5] = h->between_stalled_s; /* its stop after the step before, until this one */
 }
 
 /* step 2: the agreement of this step's statistics and timings, waited
@@ -745,7 +765,15 @@ static void ctl_take_agreed(flx_ctl_h h)
                  "sync (mean over ranks): its times are not learnt",
                  (unsigned long long)h->step, a[nf + 4]);
     }
-    ctl_learn(h, a[nf], a[nf + 1], a[nf + 2], a[nf + 4] > 0);
+    /* a rank stopped while it computed (or anywhere between two steps, as
+     * its stall watch saw): its compute time holds the stop, and the others
+     * waited for it in the sync that followed, which timed it as network */
+    if (a[nf + 5] > 0) {
+        flx_info(CTRL, h->rank, "flx_ctl_step %llu: a rank was stopped for %.1f s before the "
+                 "last sync (mean over ranks): neither the compute times nor the sync's are "
+                 "learnt", (unsigned long long)h->step, a[nf + 5]);
+    }
+    ctl_learn(h, a[nf], a[nf + 1], a[nf + 2], a[nf + 4] > 0 || a[nf + 5] > 0, a[nf + 5]);
     if (h->o.mode == FLX_CTL_GRAVAC) /* GraVAC decides on a smoothed gain */
         for (int f = 0; f < nf; f++)
             h->gain_ewma[f] = ctl_ewma(h->gain_ewma[f], a[f]);
@@ -811,6 +839,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
         return FLX_ERR_INVALID_ARG;
     }
     memset(&r, 0, sizeof(r));
+    h->between_stalled_s = (double)(flx_stall_watch_us(h->watch) - h->watch_mark) * 1e-6;
     if (h->agree_req) { /* the last step's statistics: normally here already */
         double tw = flx_time_now();
         st = flx_wait(h->agree_req);
@@ -875,6 +904,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     st = ctl_agree_start(h, compute_s, interval_end, 0);
     if (st != FLX_OK)
         return st;
+    h->watch_mark = flx_stall_watch_us(h->watch);
     h->step++;
     if (report_p)
         *report_p = r;

@@ -5,6 +5,8 @@
 #include "flexcoll.h"
 #include "compress/cmp.h"
 #include "collectives/coll.h"
+#include "common/stall.h"
+#include "common/time.h"
 #include "controller/ctl.h"
 #include "tests/mp.h"
 
@@ -16,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static double urand(unsigned *s)
@@ -737,6 +741,178 @@ static int body_stopped(flx_comm_h comm, int rank, int size, void *arg)
     return 0;
 }
 
+/* CPU seconds of this thread: what a compute of a fixed amount of work
+ * takes, however long it was stopped */
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Spin until this thread has run cpu_s; returns the wall seconds it took. */
+static double compute_for(double cpu_s)
+{
+    double t0 = flx_time_now(), c0 = thread_cpu_s();
+    volatile double x = 0;
+
+    while (thread_cpu_s() - c0 < cpu_s)
+        for (int i = 0; i < 10000; i++)
+            x += 1e-9 * i;
+    return flx_time_now() - t0;
+}
+
+/* A helper process that stops pid after delay_s and resumes it stop_s
+ * later, as Ctrl-Z and fg would; -1 when it cannot be forked. */
+static pid_t stop_later(pid_t pid, double delay_s, double stop_s)
+{
+    pid_t helper = fork();
+
+    if (helper == 0) {
+        usleep((useconds_t)(delay_s * 1e6));
+        int bad = kill(pid, SIGSTOP) != 0;
+        usleep((useconds_t)(stop_s * 1e6));
+        bad |= kill(pid, SIGCONT) != 0;
+        _exit(bad);
+    }
+    return helper;
+}
+
+static int helper_ok(pid_t helper)
+{
+    int wst;
+
+    return waitpid(helper, &wst, 0) == helper && WIFEXITED(wst) && WEXITSTATUS(wst) == 0;
+}
+
+/* The stall watch counts a stop of its process (1.5 s while it computes),
+ * and neither a sleep nor a compute: a process asleep or busy still runs
+ * its watch thread.  In a child, which the helper stops. */
+static int stall_watch_child(void)
+{
+    flx_stall_watch_t *w = flx_stall_watch_start();
+    uint64_t slept, busy, stopped;
+    pid_t helper;
+    double wall;
+
+    if (w == NULL) {
+        fprintf(stderr, "stall watch: no thread: %s\n", strerror(errno));
+        return 1;
+    }
+    usleep(1500000);
+    slept = flx_stall_watch_us(w);
+    compute_for(0.5);
+    busy = flx_stall_watch_us(w);
+    if ((helper = stop_later(getpid(), 0.2, 1.5)) < 0)
+        return 1;
+    wall = compute_for(0.8);
+    stopped = flx_stall_watch_us(w);
+    flx_stall_watch_stop(w);
+    if (!helper_ok(helper)) {
+        fprintf(stderr, "stall watch: the helper could not stop and resume the child\n");
+        return 1;
+    }
+    if (slept != 0 || busy != 0) {
+        fprintf(stderr, "stall watch: %.3f s counted over a 1.5 s sleep, %.3f s after a "
+                "0.5 s compute\n", (double)slept * 1e-6, (double)busy * 1e-6);
+        return 1;
+    }
+    if (wall < 2.0 || stopped < 1250000 || (double)stopped * 1e-6 > wall - 0.5) {
+        fprintf(stderr, "stall watch: stopped 1.5 s in a 0.8 s compute (%.3f s wall), "
+                "%.3f s counted\n", wall, (double)stopped * 1e-6);
+        return 1;
+    }
+    return 0;
+}
+
+START_TEST(test_stall_watch)
+{
+    pid_t child;
+    int wst;
+
+    ck_assert_uint_eq(flx_stall_watch_us(NULL), 0);
+    flx_stall_watch_stop(NULL);
+    child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0)
+        _exit(stall_watch_child());
+    ck_assert_int_eq(waitpid(child, &wst, 0), child);
+    ck_assert(WIFEXITED(wst));
+    ck_assert_int_eq(WEXITSTATUS(wst), 0);
+}
+END_TEST
+
+/* A rank stopped while it computes (a helper stops rank 1 0.2 s into a
+ * compute of 0.8 s CPU, and resumes it 1.5 s later): rank 1's compute
+ * time holds the stop, and rank 0 waits for it in the sync, where no wait
+ * of rank 1 can see the stop.  Rank 1's stall watch does: the step after
+ * learns neither the compute time nor the sync's (the log's compute, alpha
+ * and bandwidth stay), where the steps before learn each time, and the
+ * step after that learns again.  Before, the step after took the stop as
+ * compute on rank 1 and as network on rank 0. */
+enum { BETWEEN_STEP = 4, BETWEEN_STEPS = 7 };
+
+static int body_stopped_between(flx_comm_h comm, int rank, int size, void *arg)
+{
+    const size_t n = 20000;
+    const char *path = arg;
+    float *g = malloc(n * sizeof(float));
+    ctl_line_t last[BETWEEN_STEPS], first[BETWEEN_STEPS];
+    flx_ctl_opts_t o;
+    flx_ctl_report_t r;
+    flx_ctl_h h;
+
+    (void)size;
+    if (g == NULL)
+        return mp_fail(rank, "no memory");
+    flx_ctl_opts_default(&o);
+    o.field_mask = FLX_CTL_OPT_LOG_PATH;
+    o.log_path = rank == 0 ? path : NULL;
+    if (flx_ctl_create(comm, n, &o, &h) != FLX_OK)
+        return mp_fail(rank, "create");
+    for (int t = 0; t < BETWEEN_STEPS; t++) {
+        double compute_s = 0.010 + 0.004 * t; /* a new one each step: the estimate moves */
+        pid_t helper = -1;
+
+        for (size_t i = 0; i < n; i++)
+            g[i] = (float)sin(0.001 * (double)(i + 1) * (t + 1) + rank);
+        if (t == BETWEEN_STEP && rank == 1) {
+            if ((helper = stop_later(getpid(), 0.2, 1.5)) < 0)
+                return mp_fail(rank, "fork: %s", strerror(errno));
+            compute_s = compute_for(0.8);
+            if (!helper_ok(helper))
+                return mp_fail(rank, "the helper could not stop and resume rank 1");
+            if (compute_s < 2.0)
+                return mp_fail(rank, "a compute of 0.8 s stopped for 1.5 s took %.3f s",
+                               compute_s);
+        }
+        if (flx_ctl_step(h, g, compute_s, &r) != FLX_OK)
+            return mp_fail(rank, "step %d failed", t);
+    }
+    if (flx_ctl_destroy(h) != FLX_OK)
+        return mp_fail(rank, "destroy");
+    free(g);
+    if (rank != 0)
+        return 0;
+    if (ctl_log_read(path, last, first, BETWEEN_STEPS) != BETWEEN_STEPS)
+        return mp_fail(rank, "log %s: not %d steps", path, BETWEEN_STEPS);
+    for (int t = 2; t < BETWEEN_STEPS; t++) {
+        const ctl_line_t *a = &last[t - 1], *b = &last[t];
+        int learnt = a->alpha != b->alpha || a->bandwidth != b->bandwidth;
+
+        if (t == BETWEEN_STEP + 1 && (learnt || a->compute != b->compute))
+            return mp_fail(rank, "step %d learnt from the step rank 1 was stopped in: alpha %g "
+                           "-> %g, bandwidth %g -> %g, compute %g -> %g", t, a->alpha, b->alpha,
+                           a->bandwidth, b->bandwidth, a->compute, b->compute);
+        if (t != BETWEEN_STEP + 1 && (!learnt || a->compute == b->compute))
+            return mp_fail(rank, "step %d learnt nothing from step %d (alpha %g, bandwidth %g, "
+                           "compute %g): nothing to compare", t, t - 1, b->alpha, b->bandwidth,
+                           b->compute);
+    }
+    return 0;
+}
+
 /* body on n ranks, its arg a fresh temporary file's path (removed after) */
 static int mp_run_with_file(int n, mp_body_t body)
 {
@@ -752,6 +928,12 @@ static int mp_run_with_file(int n, mp_body_t body)
 }
 
 START_TEST(test_ctl_stopped) { ck_assert_int_eq(mp_run_with_file(2, body_stopped), 0); }
+END_TEST
+
+START_TEST(test_ctl_stopped_between)
+{
+    ck_assert_int_eq(mp_run_with_file(2, body_stopped_between), 0);
+}
 END_TEST
 
 /* the failed step: 3 (interval 2), 0 (interval 1: the first interval is
@@ -902,6 +1084,7 @@ int main(void)
 {
     Suite *s = suite_create("controller");
     TCase *pure = tcase_create("pure"), *ranks = tcase_create("ranks");
+    TCase *watch = tcase_create("watch");
     SRunner *sr;
     int failed;
 
@@ -913,6 +1096,8 @@ int main(void)
     tcase_add_test(pure, test_learn_model);
     tcase_add_test(pure, test_choose_rules);
     tcase_add_test(pure, test_choose_pareto);
+    tcase_set_timeout(watch, 30);
+    tcase_add_test(watch, test_stall_watch);
     tcase_set_timeout(ranks, 240);
     tcase_add_test(ranks, test_ctl_flex);
     tcase_add_test(ranks, test_ctl_flex_fastest);
@@ -924,8 +1109,10 @@ int main(void)
     tcase_add_loop_test(ranks, test_ctl_retry, 0, 3);
     tcase_add_test(ranks, test_flush_residual);
     tcase_add_test(ranks, test_ctl_stopped);
+    tcase_add_test(ranks, test_ctl_stopped_between);
     tcase_add_test(ranks, test_gravac_ewma);
     suite_add_tcase(s, pure);
+    suite_add_tcase(s, watch);
     suite_add_tcase(s, ranks);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
