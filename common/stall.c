@@ -11,13 +11,13 @@ struct flx_stall_watch {
     pthread_mutex_t lock;
     pthread_cond_t cond;  /* on CLOCK_MONOTONIC: stop wakes the thread */
     int stop;
-    uint64_t stalled_us;  /* atomic */
+    double last;          /* the last tick; with stalled_us under lock */
+    uint64_t stalled_us;
 };
 
 static void *stall_watch_run(void *arg)
 {
     flx_stall_watch_t *w = arg;
-    double last = flx_time_now();
 
     pthread_mutex_lock(&w->lock);
     while (!w->stop) {
@@ -32,9 +32,9 @@ static void *stall_watch_run(void *arg)
         }
         pthread_cond_timedwait(&w->cond, &w->lock, &ts);
         now = flx_time_now();
-        if (now - last > FLX_STALL_S)
-            __atomic_fetch_add(&w->stalled_us, (uint64_t)((now - last) * 1e6), __ATOMIC_RELAXED);
-        last = now;
+        if (now - w->last > FLX_STALL_S)
+            w->stalled_us += (uint64_t)((now - w->last) * 1e6);
+        w->last = now;
     }
     pthread_mutex_unlock(&w->lock);
     return NULL;
@@ -50,12 +50,13 @@ flx_stall_watch_t *flx_stall_watch_start(void)
         return NULL;
     if ((rc = pthread_condattr_init(&ca)) != 0)
         goto err_free;
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    rc = pthread_cond_init(&w->cond, &ca);
+    if ((rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC)) == 0)
+        rc = pthread_cond_init(&w->cond, &ca);
     pthread_condattr_destroy(&ca);
     if (rc != 0)
         goto err_free;
     pthread_mutex_init(&w->lock, NULL);
+    w->last = flx_time_now();
     if ((rc = pthread_create(&w->thread, NULL, stall_watch_run, w)) != 0)
         goto err_destroy_cond;
     return w;
@@ -70,7 +71,18 @@ err_free:
 
 uint64_t flx_stall_watch_us(flx_stall_watch_t *w)
 {
-    return w ? __atomic_load_n(&w->stalled_us, __ATOMIC_RELAXED) : 0;
+    uint64_t us;
+    double now;
+
+    if (w == NULL)
+        return 0;
+    pthread_mutex_lock(&w->lock);
+    us = w->stalled_us;
+    now = flx_time_now();
+    if (now - w->last > FLX_STALL_S) /* a gap the thread has not woken to count yet */
+        us += (uint64_t)((now - w->last) * 1e6);
+    pthread_mutex_unlock(&w->lock);
+    return us;
 }
 
 void flx_stall_watch_stop(flx_stall_watch_t *w)

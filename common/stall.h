@@ -21,8 +21,10 @@ typedef struct flx_stall_watch flx_stall_watch_t;
 
 /* A running watch, or NULL with errno set (no memory, or no thread). */
 flx_stall_watch_t *flx_stall_watch_start(void);
-/* Microseconds of gaps summed since the start; any thread may read it.
- * 0 for NULL. */
+/* Microseconds of gaps summed since the start, the one under way included
+ * (a reader that ran first after a stop sees it before the thread counts
+ * it); never less than an earlier read; any thread may call it.  0 for
+ * NULL. */
 uint64_t flx_stall_watch_us(flx_stall_watch_t *w);
 /* Stops the thread (within one tick) and frees w; NULL is a no-op. */
 void flx_stall_watch_stop(flx_stall_watch_t *w);

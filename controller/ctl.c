@@ -92,9 +92,10 @@ struct flx_ctl {
     int have_last;              /* the last step's choice, for the model    */
     int last_probe;             /* ... was a probe of a stale collective    */
     double last_stalled_s;      /* ... this process was stopped inside it    */
-    flx_stall_watch_t *watch;   /* sees stops between two steps (NULL: none) */
-    uint64_t watch_mark;        /* ... its sum when the last step ended      */
-    double between_stalled_s;   /* stopped since then, seen at this step    */
+    flx_stall_watch_t *watch;   /* sees every stop of this rank (NULL: none) */
+    uint64_t watch_mark;        /* ... its sum when the last sync ended      */
+    double between_stalled_s;   /* stopped since then, until this sync      */
+    int compute_warm;           /* the warm-up compute time was replaced    */
     ctl_ratio_t gain_ratio[CTL_COLL_COUNT]; /* combined / predicted gain     */
     ctl_ratio_t rank_ratio[CTL_COLL_COUNT]; /* per-rank / predicted gain     */
     double last_rank_gain;      /* what this rank's last sync kept          */
@@ -488,11 +489,15 @@ static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double selec
     double a, b, lo[2] = {h->alpha0 / 10, h->inv_bw0 / 16}, hi[2] = {h->alpha0 * 1e3, h->inv_bw0 * 1e4};
 
     /* the first step's compute (first touch of every buffer) is a warm-up:
-     * the second step's replaces it */
-    if (stopped_before <= 0)
-        h->compute_s = h->agreed_step == 1 ? compute_s : ctl_ewma(h->compute_s, compute_s);
-    else if (h->compute_s < 0)
+     * the next one learnt replaces it */
+    if (stopped_before <= 0 && h->agreed_step >= 1 && !h->compute_warm) {
+        h->compute_s = compute_s;
+        h->compute_warm = 1;
+    } else if (stopped_before <= 0) {
+        h->compute_s = ctl_ewma(h->compute_s, compute_s);
+    } else if (h->compute_s < 0) {
         h->compute_s = FLX_MAX(0.0, compute_s - stopped_before);
+    }
     double before;
     ctl_coll_t c;
 
@@ -726,7 +731,7 @@ static void ctl_fill_timings(flx_ctl_h h, double compute_s)
     h->agree[nf + 2] = h->have_last ? h->last.score : 0;  /* ... and its selection */
     h->agree[nf + 3] = h->have_last ? h->last_rank_gain : 0; /* ... and this rank's gain */
     h->agree[nf + 4] = h->have_last ? h->last_stalled_s : 0;  /* ... and this rank's stop */
-    h->agree[nf + 5] = h->between_stalled_s; /* its stop after the step before, until this one */
+    h->agree[nf + 5] = h->between_stalled_s; /* its stop since the sync before, until this one */
 }
 
 /* step 2: the agreement of this step's statistics and timings, waited
@@ -829,7 +834,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     flx_ctl_report_t r;
     int ncand = 0, best, interval_end, accum_reset, probe = 0, measure;
     double t0 = flx_time_now(), t_agree = 0, pred_dense = 0;
-    uint64_t stalled0;
+    uint64_t stalled0, watch0;
     flx_status_t st = FLX_OK;
 
     if (h == NULL || grad == NULL || !(compute_s >= 0) || !isfinite(compute_s)) {
@@ -883,6 +888,12 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
               (cand[best].coll == CTL_ARTOPK || cand[best].coll == CTL_TOPK_AG);
     if (measure && (st = ctl_combined_before(h, grad)) != FLX_OK)
         return ctl_step_failed(h, &saved, st);
+    /* the stall watch splits this rank's time at the sync's start and end:
+     * a stop before it (computing, deciding, waiting for the agreement)
+     * and one inside it (in a wait, which the collectives see as well, or
+     * selecting, which they do not) */
+    watch0 = flx_stall_watch_us(h->watch);
+    h->between_stalled_s = (double)(watch0 - h->watch_mark) * 1e-6;
     stalled0 = coll_stalled_us(h->comm);
     st = ctl_run(h, &cand[best], grad, &r);
     if (st != FLX_OK)
@@ -898,13 +909,14 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     h->last_combined = r.combined_gain;
     h->have_last = 1;
     h->last_probe = probe;
-    h->last_stalled_s = (double)(coll_stalled_us(h->comm) - stalled0) * 1e-6;
+    h->watch_mark = flx_stall_watch_us(h->watch);
+    h->last_stalled_s = (double)FLX_MAX(coll_stalled_us(h->comm) - stalled0,
+                                        h->watch_mark - watch0) * 1e-6;
     /* this step's statistics and timings go out now and are taken at the
      * next step, after its gradient is computed */
     st = ctl_agree_start(h, compute_s, interval_end, 0);
     if (st != FLX_OK)
         return st;
-    h->watch_mark = flx_stall_watch_us(h->watch);
     h->step++;
     if (report_p)
         *report_p = r;

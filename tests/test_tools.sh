@@ -33,7 +33,7 @@ if [ "$ncpu" -le 15 ]; then
 fi
 
 "$top/flx-info" | grep -q "build features: tcp" || fail "flx-info has no feature line"
-"$top/flx-info" | grep -q "^# controller learning: a step in which some rank was stopped .* for over 1 s, inside the sync or while computing" ||
+"$top/flx-info" | grep -q "^# controller learning: a rank stopped (Ctrl-Z, SIGSTOP) for over 1 s, .*inside a sync, that sync's times are not learnt; between two syncs (computing), neither" ||
     fail "flx-info does not say that the controller leaves out steps a rank was stopped in"
 "$top/flx-info" | grep -q "^# flex defaults: weight 0.6, gain floor 0.45" ||
     fail "flx-info does not show flex's defaults"

@@ -264,9 +264,10 @@ int main(int argc, char **argv)
            "powersgd accordion gravac selsync flex\n",
            flx_ctl_mode_name(FLX_CTL_FLEX), flx_ctl_mode_name(FLX_CTL_ACCORDION),
            flx_ctl_mode_name(FLX_CTL_GRAVAC));
-    printf("# controller learning: a step in which some rank was stopped (Ctrl-Z, SIGSTOP) "
-           "for over %g s, inside the sync or while computing (a thread per rank sees it), "
-           "teaches the model nothing: neither compute nor network time\n", FLX_STALL_S);
+    printf("# controller learning: a rank stopped (Ctrl-Z, SIGSTOP) for over %g s, as a "
+           "thread per rank sees it: inside a sync, that sync's times are not learnt; "
+           "between two syncs (computing), neither the compute times nor the next sync's "
+           "are\n", FLX_STALL_S);
     printf("# flex defaults: weight %g, gain floor %g, eta %g every %d steps, kept fractions",
            ctl.weight, ctl.min_gain, ctl.eta, ctl.interval);
     for (int f = 0; f < ctl.nfractions; f++)
