@@ -51,7 +51,7 @@ FLX_TCP_SOCKETS=2 "$top/flx-info" | grep -q "^# transports: tcp (2 connections p
     fail "flx-info does not follow FLX_TCP_SOCKETS=2"
 "$top/flx-info" | grep -q "long messages on the faster of the two, measured per pair while running, FLX_TCP_LANE=auto)" ||
     fail "flx-info does not say what FLX_TCP_LANE=auto does"
-FLX_SPIN=10us "$top/flx-info" | grep -q "^# tcp waiting: busy-polls 10 us (FLX_SPIN.* it spins on recv() alone$" ||
+FLX_SPIN=10us "$top/flx-info" | grep -q "^# tcp waiting: busy-polls 10 us (FLX_SPIN.* awaited from one peer only and nothing to write, it spins on recv() alone$" ||
     fail "flx-info does not say how the tcp backend waits"
 # the CPUs flxrun places ranks on: this process's list and count, as the kernel has them
 cpus=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)

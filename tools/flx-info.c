@@ -239,8 +239,8 @@ int main(int argc, char **argv)
                  "while running, FLX_TCP_LANE=auto",
            strstr(flx_build_features(), "verbs") ? ", ib" : "");
     printf("# tcp waiting: busy-polls %.0f us (FLX_SPIN; at most 50 us where the job's ranks outnumber "
-           "their CPUs) before sleeping in poll(); with one socket to watch (2 ranks) and a "
-           "short message (under 64 KiB) awaited, it spins on recv() alone\n",
+           "their CPUs) before sleeping in poll(); with a short message (under 64 KiB) "
+           "awaited from one peer only and nothing to write, it spins on recv() alone\n",
            cfg.spin_s * 1e6);
     printf("# collectives: allreduce (ring, tree, rd, hd), allgather (ring, rd/Bruck), broadcast "
            "(binomial, chain), reduce_scatter (ring; small on 4+ ranks: an allreduce, rd/tree/hd, "

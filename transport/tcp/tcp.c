@@ -938,23 +938,32 @@ static double expire_parked(tl_ctx_t *ctx)
 }
 
 /* The connection a progress round may read with recv() alone, without a
- * poll() first (NULL: none): the only socket polled (2 ranks), when there
- * is nothing to write or park on it and what it awaits is short (nothing
- * of a message being read, the receive posted first shorter than a long
- * message).  Not for a long one: a recv() holds the socket's lock, and
- * the packets the peer's send hands over meanwhile wait in its backlog.
- * Not with more sockets: one poll() watches them all, and a peer whose
- * long send waits for room in its socket is served within the round. */
+ * poll() first (NULL: none): the one connection with a receive posted,
+ * when what it awaits is short (nothing of a message being read, the
+ * receive posted first shorter than a long message) and no socket has
+ * anything to write, park or finish reading.  Not for a long one: a recv()
+ * holds the socket's lock, and the packets the peer's send hands over
+ * meanwhile wait in its backlog.  What the other sockets bring meanwhile
+ * is unexpected (no receive of ours waits for it) and is read at the
+ * latest when the spin ends: a long one would stay in its socket anyway
+ * (FLX_TCP_PARK), and a short one only waits in the kernel instead of a
+ * buffer of ours. */
 static tcp_conn_t *direct_conn(tl_ctx_t *ctx, int n)
 {
-    tcp_conn_t *c;
+    tcp_conn_t *d = NULL;
 
-    if (n != 1 || ctx->pfds[0].events != POLLIN)
-        return NULL;
-    c = &ctx->conns[ctx->pfd_peer[0]];
-    if (c->rreq || c->runexp || c->rhdr_got != 0)
-        return NULL;
-    return c->posted_head && c->posted_head->len < TCP_SPLIT_MIN ? c : NULL;
+    for (int i = 0; i < n; i++) {
+        tcp_conn_t *c = &ctx->conns[ctx->pfd_peer[i]];
+
+        if (ctx->pfds[i].events != POLLIN || c->rreq || c->runexp || c->rhdr_got != 0)
+            return NULL;
+        if (c->posted_head) {
+            if (d != NULL || c->posted_head->len >= TCP_SPLIT_MIN)
+                return NULL;
+            d = c;
+        }
+    }
+    return d;
 }
 
 static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
@@ -995,15 +1004,17 @@ static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
         timeout_s = FLX_MIN(timeout_s, FLX_MAX(park_due - flx_time_now(), 0.0));
     spin_end = ctx->cfg.spin_s > 0 ? flx_time_now() + FLX_MIN(ctx->cfg.spin_s, timeout_s) : 0;
     if ((direct = direct_conn(ctx, n)) != NULL) {
-        /* one short message awaited, on the one socket, and nothing to
+        /* short messages awaited from one peer only, and nothing to
          * write: spin on recv() itself.  A poll() that finds the data and
          * the recv() after it cost more than the recv() alone (2 ranks,
          * 4 B allreduce: 3.0 system calls a call instead of 3.6) */
         do {
             unsigned long reads = direct->reads;
             conn_recv_progress(ctx, direct);
-            if (direct->reads != reads || ctx->err != FLX_OK || timeout_s <= 0)
+            if (direct->reads != reads || ctx->err != FLX_OK || (timeout_s <= 0 && n == 1))
                 return ctx->err;
+            if (timeout_s <= 0) /* a round that may not wait still looks at every socket */
+                break;
             sched_yield();
         } while (flx_time_now() < spin_end);
     }
