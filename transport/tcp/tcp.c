@@ -947,7 +947,12 @@ static double expire_parked(tl_ctx_t *ctx)
  * is unexpected (no receive of ours waits for it) and is read at the
  * latest when the spin ends: a long one would stay in its socket anyway
  * (FLX_TCP_PARK), and a short one only waits in the kernel instead of a
- * buffer of ours. */
+ * buffer of ours.  Accepted: such a peer, an error notice from it, or its
+ * send waiting for room in our socket is served up to one spin (FLX_SPIN)
+ * later per round; and a message of a different collective from it may be
+ * read only after ours ended here, too late to call it a mismatch (as one
+ * arriving that late always was), so this rank may see the failure as the
+ * notice of the rank that finds the mismatch, or as the timeout. */
 static tcp_conn_t *direct_conn(tl_ctx_t *ctx, int n)
 {
     tcp_conn_t *d = NULL;
