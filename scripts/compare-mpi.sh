@@ -22,7 +22,9 @@
 # time of flexcoll and of MPI, their ratio (MPI/flexcoll: > 1 means flexcoll
 # is faster) and both bus bandwidths (from the median times), then the 4 KiB
 # latency and the mean 1-64 MiB bus bandwidth, and the sizes where flexcoll
-# is behind.  The time of one run at one size is the mean over its timed
+# is behind, each with how often flexcoll was the faster of a pair (the runs
+# paired by repetition) and a one-sided sign test's p, those under 0.05
+# counted as clearly behind.  The time of one run at one size is the mean over its timed
 # iterations (-s mean, nccl-tests' "time", the default) or their median
 # (-s p50: one stalled iteration on a busy machine does not move it); both
 # tools print both, so -R can report either from the same runs.
@@ -238,9 +240,22 @@ report() {
                 }
                 return k " of " tot " sizes" out
             }
+            # sign_p K N: the chance of K or fewer wins in N pairs where either side
+            # wins as often (one-sided sign test); 1 for N = 0
+            function sign_p(k, nn,    i, c, sum) {
+                if (nn <= 0) return 1
+                c = 1; sum = 0
+                for (i = 0; i <= k; i++) {
+                    sum += c
+                    c = c * (nn - i) / (i + 1)
+                }
+                return sum / 2 ^ nn
+            }
             $2 == coll && $3 == n {
                 if (!($5 in seen)) { seen[$5] = 1; sizes[++ns] = $5 }
                 t[$1, $5] = t[$1, $5] " " $col
+                v[$1, $5, $4] = $col + 0
+                if (!(($5, $4) in rs_seen)) { rs_seen[$5, $4] = 1; reps[$5] = reps[$5] " " $4 }
                 if ($8 != "N/A" && $8 + 0 > 0) bad[$1]++
                 # the core-to-core round trip of this pair: measured for its size, or for its sweep
                 c = (($2, $3, $4, $5) in lat) ? lat[$2, $3, $4, $5] : \
@@ -260,7 +275,7 @@ report() {
                 printf "\n== %s, N=%d ==\n", what, n
                 printf "%12s  %14s  %14s  %8s  %10s  %10s  %7s\n", "size (B)", "flexcoll (us)", L " (us)",
                        L "/flx", "flx busbw", L " busbw", "c2c ns"
-                lat_f = lat_m = -1; sf = sm = nb = 0; behind = ""; nbehind = 0
+                lat_f = lat_m = -1; sf = sm = nb = 0; behind = ""; nbehind = 0; sig = ""; nsig = 0
                 for (i = 1; i <= ns; i++) {
                     s = sizes[i]
                     f = median(t["flexcoll", s]); m = median(t[bk, s])
@@ -272,7 +287,19 @@ report() {
                     cs = s in cl ? sprintf("%.0f", median(cl[s])) : "n/a"
                     printf "%12d  %14s  %14s  %8s  %10s  %10s  %7s\n", s, fs, ms, rs, fb, mb, cs
                     if (s == 4096) { lat_f = f; lat_m = m }
-                    if (f > 0 && m > 0 && m < f) { behind = behind " " s " (" rs ")"; nbehind++ }
+                    if (f > 0 && m > 0 && m < f) {
+                        # the runs paired by repetition: how often flexcoll was faster
+                        kk = split(reps[s], rl, " "); np = nw = 0
+                        for (j = 1; j <= kk; j++) {
+                            if (!(("flexcoll", s, rl[j]) in v) || !((bk, s, rl[j]) in v)) continue
+                            np++
+                            if (v["flexcoll", s, rl[j]] < v[bk, s, rl[j]]) nw++
+                        }
+                        pv = sign_p(nw, np)
+                        behind = behind sprintf(" %d (%s, faster in %d of %d, p %.2f)", s, rs, nw, np, pv)
+                        nbehind++
+                        if (pv < 0.05) { sig = sig " " s; nsig++ }
+                    }
                     if (s >= 1048576 && s <= 67108864 && f > 0 && m > 0) { sf += bf; sm += bm; nb++ }
                 }
                 if (lat_f > 0 && lat_m > 0)
@@ -286,6 +313,7 @@ report() {
                 else
                     printf "1-64 MiB busbw     : no rows between 1 and 64 MiB\n"
                 printf "flexcoll behind at : %d of %d sizes%s\n", nbehind, ns, behind
+                printf "  of them, clearly : %d%s (sign test over the pairs by repetition, one-sided p < 0.05)\n", nsig, sig
                 if (npair > 0) {
                     printf "core-to-core       : lowest round trip %.0f ns; cores far (over %.0f ns) in %d of %d flexcoll results (a size of a run)\n",
                            lowest, 3 * lowest, nfar, npair

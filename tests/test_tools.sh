@@ -164,12 +164,21 @@ mpi allreduce 2 3 4096 24 0 0 8
 flexcoll allreduce 2 1 8192 40 0 0 40
 mpi allreduce 2 1 8192 50 0 0 30
 EOF_RES
+# ... and, for each size behind, how often flexcoll was the faster of a pair (the runs paired by
+# repetition) and the one-sided sign test's p: 16384 is slower in all 6 pairs (p = 1/64)
+for rep in 1 2 3 4 5 6; do
+    echo "flexcoll allreduce 2 $rep 16384 10 0 0 7" >>"$res"
+    echo "mpi allreduce 2 $rep 16384 9 0 0 $((5 + rep))" >>"$res"
+done
 out=$(bash "$src/scripts/compare-mpi.sh" -R "$res" 2>&1) || fail "compare-mpi -R: $out"
 echo "$out" | grep -q "^ *4096  *12.00  *20.00  *1.67 " || fail "compare-mpi -R medians: $out"
-echo "$out" | grep -q "behind at : 0 of 2 sizes" || fail "compare-mpi -R behind count: $out"
+echo "$out" | grep -q "behind at : 1 of 3 sizes 16384 (0.90, faster in 0 of 6, p 0.02)$" ||
+    fail "compare-mpi -R behind list: $out"
+echo "$out" | grep -q "of them, clearly : 1 16384 (sign test" || fail "compare-mpi -R sign test: $out"
 out=$(bash "$src/scripts/compare-mpi.sh" -s p50 -R "$res" 2>&1) || fail "compare-mpi -s p50: $out"
-echo "$out" | grep -q "behind at : 2 of 2 sizes 4096 (0.89) 8192 (0.75)" ||
+echo "$out" | grep -q "behind at : 2 of 3 sizes 4096 (0.89, faster in 0 of 3, p 0.12) 8192 (0.75, faster in 0 of 1, p 0.50)$" ||
     fail "compare-mpi -s p50 behind list: $out"
+echo "$out" | grep -q "of them, clearly : 0 (sign test" || fail "compare-mpi -s p50 sign test: $out"
 bash "$src/scripts/compare-mpi.sh" -s p99 -R "$res" >/dev/null 2>&1 && fail "compare-mpi -s p99 accepted"
 # results kept before the p50 column existed: -s p50 is an error, not a table of n/a
 cut -d' ' -f1-8 "$res" >"$res.old"
