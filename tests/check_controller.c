@@ -12,12 +12,14 @@
 
 #include <check.h>
 #include <errno.h>
+#include <grp.h>
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -853,13 +855,23 @@ END_TEST
  * learns neither the compute time nor the sync's (the log's compute, alpha
  * and bandwidth stay), where the steps before learn each time, and the
  * step after that learns again.  Before, the step after took the stop as
- * compute on rank 1 and as network on rank 0. */
-enum { BETWEEN_STEP = 4, BETWEEN_STEPS = 7 };
+ * compute on rank 1 and as network on rank 0.  Stopped at step 1, the
+ * first whose compute time would replace step 0's (a warm-up: every
+ * buffer's first touch), the replacement waits for step 2's: the log's
+ * compute at step 3 is step 2's exactly, not a mean with step 0's. */
+enum { BETWEEN_STEPS = 7 };
+
+typedef struct {
+    char path[64];
+    int stop_step;
+} between_arg_t;
 
 static int body_stopped_between(flx_comm_h comm, int rank, int size, void *arg)
 {
     const size_t n = 20000;
-    const char *path = arg;
+    const between_arg_t *ba = arg;
+    const char *path = ba->path;
+    const int BETWEEN_STEP = ba->stop_step;
     float *g = malloc(n * sizeof(float));
     ctl_line_t last[BETWEEN_STEPS], first[BETWEEN_STEPS];
     flx_ctl_opts_t o;
@@ -915,6 +927,10 @@ static int body_stopped_between(flx_comm_h comm, int rank, int size, void *arg)
                            "compute %g): nothing to compare", t, t - 1, b->alpha, b->bandwidth,
                            b->compute);
     }
+    if (BETWEEN_STEP == 1 && fabs(last[3].compute - 0.018) > 1e-6)
+        return mp_fail(rank, "step 3's compute estimate is %.6f s, not step 2's 0.018 s (step "
+                       "0's warm-up %.6f s kept after the stop at step 1)", last[3].compute,
+                       last[0].compute);
     return 0;
 }
 
@@ -935,9 +951,82 @@ static int mp_run_with_file(int n, mp_body_t body)
 START_TEST(test_ctl_stopped) { ck_assert_int_eq(mp_run_with_file(2, body_stopped), 0); }
 END_TEST
 
+/* No new thread can start in this process from now on: as root, become
+ * nobody (root is exempt from the limit), then RLIMIT_NPROC 0.  0 ok. */
+static int threads_off(int rank)
+{
+    const struct rlimit none = {0, 0};
+
+    if (geteuid() == 0 && (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0))
+        return mp_fail(rank, "cannot leave root: %s", strerror(errno));
+    if (setrlimit(RLIMIT_NPROC, &none) != 0)
+        return mp_fail(rank, "setrlimit(RLIMIT_NPROC, 0): %s", strerror(errno));
+    return 0;
+}
+
+/* A controller whose stall watch cannot start (no thread) warns and works
+ * without it: every step succeeds and learns (a stop while computing
+ * would be learnt, as before the watch).  The communicator's progress
+ * thread, which the agreement needs, is started first. */
+static int body_no_watch(flx_comm_h comm, int rank, int size, void *arg)
+{
+    const size_t n = 4096;
+    float *g = malloc(n * sizeof(float));
+    double one = 1.0, sum = 0;
+    flx_stall_watch_t *w;
+    flx_request_h req;
+    flx_ctl_opts_t o;
+    flx_ctl_report_t r;
+    flx_ctl_h h;
+    flx_status_t st;
+
+    (void)arg;
+    if (g == NULL)
+        return mp_fail(rank, "no memory");
+    if ((st = flx_iallreduce(comm, &one, &sum, 1, FLX_FLOAT64, FLX_SUM, FLX_ALGO_AUTO, &req)) != FLX_OK ||
+        (st = flx_wait(req)) != FLX_OK || sum != size)
+        return mp_fail(rank, "the first non-blocking allreduce: %s, sum %g",
+                       flx_status_string(st), sum);
+    if (threads_off(rank) != 0)
+        return 1;
+    errno = 0;
+    if ((w = flx_stall_watch_start()) != NULL || errno != EAGAIN) {
+        flx_stall_watch_stop(w);
+        return mp_fail(rank, "a stall watch under RLIMIT_NPROC 0: %s, errno %d",
+                       w ? "started" : "not started", errno);
+    }
+    flx_ctl_opts_default(&o);
+    if ((st = flx_ctl_create(comm, n, &o, &h)) != FLX_OK)
+        return mp_fail(rank, "create without a stall watch: %s", flx_status_string(st));
+    for (int step = 0; step < 4; step++) {
+        for (size_t i = 0; i < n; i++)
+            g[i] = (float)sin(0.01 * (double)(i + 1) * (step + 1) + rank);
+        if ((st = flx_ctl_step(h, g, 0.001 * (step + 1), &r)) != FLX_OK)
+            return mp_fail(rank, "step %d without a stall watch: %s", step,
+                           flx_status_string(st));
+        if (fabs(r.compute_s - 0.001 * (step > 0 ? step : 1)) > 1e-12)
+            return mp_fail(rank, "step %d: agreed compute %g", step, r.compute_s);
+    }
+    if ((st = flx_ctl_destroy(h)) != FLX_OK)
+        return mp_fail(rank, "destroy: %s", flx_status_string(st));
+    free(g);
+    return 0;
+}
+
+START_TEST(test_ctl_no_watch) { ck_assert_int_eq(mp_run(2, body_no_watch, NULL, 60, NULL), 0); }
+END_TEST
+
+/* stopped at step 4, and at step 1 (the warm-up's replacement) */
 START_TEST(test_ctl_stopped_between)
 {
-    ck_assert_int_eq(mp_run_with_file(2, body_stopped_between), 0);
+    between_arg_t ba = {.path = "/tmp/check_ctl_log.XXXXXX", .stop_step = _i == 0 ? 4 : 1};
+    int fd = mkstemp(ba.path), failed;
+
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    failed = mp_run(2, body_stopped_between, &ba, 60, NULL);
+    unlink(ba.path);
+    ck_assert_int_eq(failed, 0);
 }
 END_TEST
 
@@ -1114,7 +1203,8 @@ int main(void)
     tcase_add_loop_test(ranks, test_ctl_retry, 0, 3);
     tcase_add_test(ranks, test_flush_residual);
     tcase_add_test(ranks, test_ctl_stopped);
-    tcase_add_test(ranks, test_ctl_stopped_between);
+    tcase_add_loop_test(ranks, test_ctl_stopped_between, 0, 2);
+    tcase_add_test(ranks, test_ctl_no_watch);
     tcase_add_test(ranks, test_gravac_ewma);
     suite_add_tcase(s, pure);
     suite_add_tcase(s, watch);
