@@ -117,9 +117,11 @@ static flx_status_t allgatherv_run(flx_comm_h comm, const void *sendbuf, size_t 
         algo = comm_pick_allgather(comm, (double)largest, algo, 0);
     mine = (char *)recvbuf + displs[r];
     /* the ring copies our block into place itself, behind its sends, when
-     * the input lies apart from the output */
+     * the input lies apart from the whole output (inside another rank's
+     * block, what it receives there would overwrite what it has to send) */
     own = sendbytes && n > 1 && algo != FLX_ALGO_RD &&
-                  ((const char *)sendbuf + sendbytes <= mine || mine + sendbytes <= (const char *)sendbuf)
+                  ((const char *)sendbuf + sendbytes <= (const char *)recvbuf ||
+                   (const char *)recvbuf + total <= (const char *)sendbuf)
               ? sendbuf
               : NULL;
     if (own == NULL && sendbytes && (const char *)sendbuf != mine)

@@ -119,8 +119,10 @@ flx_status_t coll_allreduce_rd(flx_comm_h comm, const void *src, void *buf, size
         else
             st = rd_step(comm, r - 1, RD_POST, buf, NULL, NULL, NULL, count, dtype, op);
     }
-    if (st == FLX_OK)
+    if (st == FLX_OK) { /* each pair combined in its own order: one NaN for all */
         flx_reduce_finish(buf, count, dtype, op, n);
+        flx_reduce_nan_one(buf, count, dtype, op);
+    }
     return st;
 }
 

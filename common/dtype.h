@@ -18,6 +18,12 @@ void flx_reduce(void *restrict inout, const void *restrict in, size_t count,
 /* Final step of FLX_AVG: buf[i] /= nranks.  No-op for other ops. */
 void flx_reduce_finish(void *buf, size_t count, flx_dtype_t dtype, flx_op_t op,
                        int nranks);
+/* Every NaN in buf becomes the one quiet NaN (sign clear, payload the top
+ * mantissa bit), for a floating sum, product or average (no-op otherwise):
+ * which NaN a sum or product gives depends on the operands' order (x86
+ * keeps the first one's), and an algorithm whose ranks each combine the
+ * same values in their own order gives them all the same bits so. */
+void flx_reduce_nan_one(void *buf, size_t count, flx_dtype_t dtype, flx_op_t op);
 int flx_dtype_valid(flx_dtype_t dtype);
 /* The index of the first NaN or Inf in x[0, n), or n if there is none. */
 size_t flx_first_nonfinite(const float *x, size_t n);

@@ -152,6 +152,33 @@ void flx_reduce(void *restrict inout, const void *restrict in, size_t count,
     reduce_table[dtype][op](inout, in, count);
 }
 
+/* NaN: all exponent bits set and a mantissa bit too */
+#define DEFINE_NAN_ONE(name, UT, EXP, MANT, QNAN)                           \
+    static void name(UT *p, size_t n)                                       \
+    {                                                                       \
+        for (size_t i = 0; i < n; i++)                                      \
+            if ((p[i] & (UT)(EXP)) == (UT)(EXP) && (p[i] & (UT)(MANT)) != 0) \
+                p[i] = (UT)(QNAN);                                          \
+    }
+DEFINE_NAN_ONE(nan_one_32, uint32_t, 0x7f800000u, 0x007fffffu, 0x7fc00000u)
+DEFINE_NAN_ONE(nan_one_64, uint64_t, 0x7ff0000000000000ull, 0x000fffffffffffffull,
+               0x7ff8000000000000ull)
+DEFINE_NAN_ONE(nan_one_f16, uint16_t, 0x7c00u, 0x03ffu, 0x7e00u)
+DEFINE_NAN_ONE(nan_one_bf16, uint16_t, 0x7f80u, 0x007fu, 0x7fc0u)
+
+void flx_reduce_nan_one(void *buf, size_t count, flx_dtype_t dtype, flx_op_t op)
+{
+    if (op != FLX_SUM && op != FLX_PROD && op != FLX_AVG)
+        return; /* min and max pick one NaN already */
+    switch (dtype) {
+    case FLX_FLOAT32: nan_one_32(buf, count); break;
+    case FLX_FLOAT64: nan_one_64(buf, count); break;
+    case FLX_FLOAT16: nan_one_f16(buf, count); break;
+    case FLX_BFLOAT16: nan_one_bf16(buf, count); break;
+    default: break; /* integers */
+    }
+}
+
 void flx_reduce_finish(void *buf, size_t count, flx_dtype_t dtype, flx_op_t op,
                        int nranks)
 {

@@ -78,7 +78,10 @@ typedef enum {
 } flx_dtype_t;
 
 /* Reduction operators.  FLX_AVG is the sum divided by the number of ranks
- * (integer division for integer types). */
+ * (integer division for integer types), divided at the end: where the sum
+ * overflows (integers wrap, half types reach Inf) the average is wrong too.
+ * A floating sum, product or average that is NaN is the same NaN on every
+ * rank. */
 typedef enum {
     FLX_SUM = 0,
     FLX_PROD,

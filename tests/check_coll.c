@@ -701,6 +701,94 @@ static int body_calibrate(flx_comm_h comm, int rank, int size, void *arg)
     return 0;
 }
 
+/* NaN on the ranks: every rank gets the same bits from each algorithm, in
+ * place and out of place, for every floating type and sum, product and
+ * average.  Element 0 is a NaN of the rank's own sign and payload, 1 is +Inf
+ * on rank 0 and -Inf elsewhere (NaN from 2 ranks on), 2 is 1, 3 a NaN on the
+ * last rank only.  Recursive doubling combined each pair in its own order
+ * (x86 keeps the first operand's NaN): NaN + -NaN was +NaN on one rank of
+ * the pair and -NaN on the other. */
+static void nan_bits_fill(unsigned char *buf, flx_dtype_t dt, int rank, int size)
+{
+    const int neg = rank % 2, last = rank == size - 1;
+
+    for (int e = 0; e < 4; e++) {
+        uint64_t v = 0;
+        switch (dt) {
+        case FLX_FLOAT32: {
+            const uint32_t pinf = 0x7f800000u, nan = 0x7fc00000u, sign = 0x80000000u;
+            uint32_t w = e == 0 ? (neg ? sign : 0) | nan | (uint32_t)(rank + 1)
+                       : e == 1 ? (rank ? sign : 0) | pinf
+                       : e == 2 ? 0x3f800000u : last ? sign | nan | 5u : 0x40000000u;
+            memcpy(buf + 4 * e, &w, 4);
+            continue;
+        }
+        case FLX_FLOAT64: {
+            const uint64_t pinf = 0x7ff0000000000000ull, nan = 0x7ff8000000000000ull;
+            const uint64_t sign = 0x8000000000000000ull;
+            v = e == 0 ? (neg ? sign : 0) | nan | (uint64_t)(rank + 1)
+              : e == 1 ? (rank ? sign : 0) | pinf
+              : e == 2 ? 0x3ff0000000000000ull : last ? sign | nan | 5u : 0x4000000000000000ull;
+            memcpy(buf + 8 * e, &v, 8);
+            continue;
+        }
+        default: { /* float16 and bfloat16 */
+            const int h = dt == FLX_FLOAT16;
+            const uint16_t pinf = h ? 0x7c00 : 0x7f80, nan = h ? 0x7e00 : 0x7fc0, sign = 0x8000;
+            uint16_t w = e == 0 ? (uint16_t)((neg ? sign : 0) | nan | (rank + 1))
+                       : e == 1 ? (uint16_t)((rank ? sign : 0) | pinf)
+                       : e == 2 ? (h ? 0x3c00 : 0x3f80)
+                       : last ? (uint16_t)(sign | nan | 5) : (h ? 0x4000 : 0x4000);
+            memcpy(buf + 2 * e, &w, 2);
+        }
+        }
+    }
+}
+
+static int body_nan_bits(flx_comm_h comm, int rank, int size, void *arg)
+{
+    static const flx_dtype_t dts[] = {FLX_FLOAT32, FLX_FLOAT64, FLX_FLOAT16, FLX_BFLOAT16};
+    static const flx_op_t ops[] = {FLX_SUM, FLX_PROD, FLX_AVG};
+    static const flx_algo_t algos[] = {FLX_ALGO_RING, FLX_ALGO_TREE, FLX_ALGO_RD, FLX_ALGO_HD};
+    unsigned char send[32], recv[32], *all = malloc(32 * (size_t)size);
+
+    (void)arg;
+    if (all == NULL)
+        return mp_fail(rank, "no memory");
+    for (int d = 0; d < 4; d++)
+        for (int o = 0; o < 3; o++)
+            for (int a = 0; a < 4; a++)
+                for (int inplace = 0; inplace < 2; inplace++) {
+                    const size_t es = flx_dtype_size(dts[d]), bytes = 4 * es;
+                    flx_status_t st;
+
+                    nan_bits_fill(send, dts[d], rank, size);
+                    memcpy(recv, send, bytes);
+                    st = flx_allreduce(comm, inplace ? recv : send, recv, 4, dts[d], ops[o],
+                                       algos[a]);
+                    if (st == FLX_OK)
+                        st = flx_allgather(comm, recv, all, bytes / 4, FLX_INT32,
+                                           FLX_ALGO_AUTO);
+                    if (st != FLX_OK)
+                        return mp_fail(rank, "%s: %s", flx_algo_name(algos[a]),
+                                       flx_status_string(st));
+                    for (int r = 1; r < size; r++)
+                        if (memcmp(all, all + (size_t)r * bytes, bytes) != 0) {
+                            char hex[2][80];
+                            for (int q = 0; q < 2; q++)
+                                for (size_t b = 0; b < bytes; b++)
+                                    snprintf(hex[q] + 2 * b, 3, "%02x",
+                                             all[(size_t)(q ? r : 0) * bytes + b]);
+                            return mp_fail(rank, "%s %s %s%s: rank 0 got %s, rank %d %s",
+                                           flx_dtype_name(dts[d]), flx_op_name(ops[o]),
+                                           flx_algo_name(algos[a]),
+                                           inplace ? " in place" : "", hex[0], r, hex[1]);
+                        }
+                }
+    free(all);
+    return 0;
+}
+
 /* ---- test cases ------------------------------------------------------------ */
 
 static const int sizes_n[] = {1, 2, 3, 4, 5, 8};
@@ -720,6 +808,7 @@ MP_TEST(test_bcast, body_bcast)
 MP_TEST(test_reduce_scatter, body_reduce_scatter)
 MP_TEST(test_barrier_async, body_barrier_async)
 MP_TEST(test_calibrate, body_calibrate)
+MP_TEST(test_nan_bits, body_nan_bits)
 
 static void model_env(const char *refresh)
 {
@@ -1072,6 +1161,7 @@ int main(void)
     tcase_add_loop_test(tc, test_model_refresh, 0, 6);
     tcase_add_loop_test(tc, test_model_late_rank, 0, 6);
     tcase_add_loop_test(tc, test_calibrate, 0, 6);
+    tcase_add_loop_test(tc, test_nan_bits, 0, 6);
     tcase_add_loop_test(tc, test_early_messages, 0, 6);
     tcase_add_loop_test(tc, test_tcp_sockets, 0, 6);
     suite_add_tcase(s, tc);

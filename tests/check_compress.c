@@ -1099,6 +1099,37 @@ static int body_allgatherv(flx_comm_h comm, int rank, int N, void *arg)
                 rc = mp_fail(rank, "flx_allgatherv: rank %d block", r);
         free(all);
     }
+    /* rank 1's input lies in block 0's place of its output: the ring sent
+     * it from there while rank 0's block landed on it (FLX_OK, block 1
+     * all rank 0's data); now it is copied into place first */
+    for (int a = 0; a < 2 && rc == 0; a++) {
+        const flx_algo_t algo = a == 0 ? FLX_ALGO_RING : FLX_ALGO_RD;
+        const size_t cnt = 1000;
+        int32_t *all = calloc(cnt * (size_t)N, sizeof(int32_t));
+        int32_t *mine = rank == 1 ? all : malloc(cnt * sizeof(int32_t));
+        flx_status_t st;
+
+        if (all == NULL || mine == NULL) {
+            rc = mp_fail(rank, "no memory");
+            break;
+        }
+        for (size_t i = 0; i < cnt; i++)
+            mine[i] = rank * 1000003 + (int32_t)i;
+        st = flx_allgatherv(comm, mine, cnt, all, cnt * (size_t)N, counts, displs, FLX_INT32,
+                            algo);
+        if (st != FLX_OK)
+            rc = mp_fail(rank, "flx_allgatherv, input in block 0 on rank 1 (%s): %s",
+                         flx_algo_name(algo), flx_status_string(st));
+        for (int r = 0; r < N && rc == 0; r++)
+            for (size_t i = 0; i < cnt && rc == 0; i++)
+                if (all[(size_t)r * cnt + i] != r * 1000003 + (int32_t)i)
+                    rc = mp_fail(rank, "flx_allgatherv, input in block 0 on rank 1 (%s): "
+                                 "block %d element %zu is %d", flx_algo_name(algo), r, i,
+                                 all[(size_t)r * cnt + i]);
+        if (mine != all)
+            free(mine);
+        free(all);
+    }
     free(displs);
     free(counts);
     return rc;

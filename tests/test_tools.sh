@@ -455,6 +455,37 @@ n=$("$top/flxrun" -n 1 sh -c "yes x | head -n 30000" | slow_count)
 [ "$n" -eq 180000 ] || fail "a slow reader got $n of the 180000 bytes of a job that succeeded"
 n=$("$top/flxrun" -n 1 sh -c "head -c 100000 /dev/zero | tr '\\0' x | fold -w 1000" | (sleep 5; wc -c))
 [ "$n" -eq 100500 ] || fail "a late reader got $n of the 100500 bytes of a job that succeeded"
+# output that cannot be written fails a job that succeeded, with one line (it was lost with
+# exit 0): a full disk, a closed stdout; a reader that leaves (| head) does not
+out=$("$top/flxrun" -n 2 "$top/flx-example" 2>&1 >/dev/full) && fail "flxrun, stdout on a full disk: exit 0"
+[ "$(echo "$out" | grep -c "standard output could not be written (No space left on device)")" -eq 1 ] ||
+    fail "flxrun, stdout on a full disk: not one line saying so: $out"
+out=$("$top/flxrun" -n 2 "$top/flx-example" 2>&1 >&-) && fail "flxrun, stdout closed: exit 0"
+echo "$out" | grep -q "standard output could not be written (Bad file descriptor)" ||
+    fail "flxrun, stdout closed: $out"
+rcf=$(mktemp)
+{ "$top/flxrun" -n 1 sh -c "yes x | head -n 30000"; echo $? >"$rcf"; } | head -n 1 >/dev/null
+[ "$(cat "$rcf")" = 0 ] || fail "flxrun | head -n 1 (the reader left): exit $(cat "$rcf")"
+rm -f "$rcf"
+# ... and so do the tools' own: a report or --csv that cannot be written, one line, exit 1
+for t in "flx-allreduce-perf -e 64" "flx-sparse-perf -b 4k -e 4k -c 0.1" "flx-topk-perf -b 1k -e 1k -c 0.1"; do
+    out=$($top/$t --csv /dev/full 2>&1 >/dev/null); rc=$?
+    [ "$rc" -eq 1 ] && [ "$(echo "$out" | grep -c "writing /dev/full failed")" -eq 1 ] ||
+        fail "$t --csv /dev/full: exit $rc: $out"
+    out=$($top/$t 2>&1 >/dev/full); rc=$?
+    [ "$rc" -eq 1 ] && echo "$out" | grep -q "writing to standard output failed" ||
+        fail "$t >/dev/full: exit $rc: $out"
+done
+for a in "" -c; do
+    out=$("$top/flx-info" $a 2>&1 >/dev/full) && fail "flx-info $a >/dev/full: exit 0"
+    [ "$out" = "flx-info: writing to standard output failed" ] || fail "flx-info $a >/dev/full: $out"
+done
+# an empty field in a list is an error (it was skipped)
+for a in "-c 0.1," "-c ,0.1" "-c 0.1,,0.033" "-m all,"; do
+    "$top/flx-sparse-perf" -b 4k -e 4k $a >/dev/null 2>&1; rc=$?
+    [ "$rc" -eq 2 ] || fail "flx-sparse-perf $a: exit $rc, not 2"
+done
+"$top/flx-topk-perf" -b 1k -e 1k -c 0.1, >/dev/null 2>&1; [ $? -eq 2 ] || fail "flx-topk-perf -c 0.1,: not a usage error"
 # the README shows the whole of tools/example.c: the same text
 src=${abs_top_srcdir:-.}
 # the scripts' bad input: one line saying what, a non-zero exit, before anything runs

@@ -451,6 +451,22 @@ cp "$tmp/m.bin" "$tmp/keep.bin" && chmod 640 "$tmp/keep.bin"
 [ "$(stat -c %a "$tmp/keep.bin")" = 640 ] || fail "--save changed the mode of the file it replaced"
 cmp -s "$tmp/m.bin" "$tmp/keep.bin" && fail "--save did not replace the file"
 ls "$tmp" | grep -q "keep.bin\." && fail "--save left its temporary file behind"
+# --save through a symbolic link writes the file it leads to, and the link stays (the link was
+# replaced by a file, its target left as it was); a link that leads nowhere is refused at once
+ln -s keep.bin "$tmp/link.bin"
+cp "$tmp/keep.bin" "$tmp/before.bin"
+out=$("$top/flx-train" --synthetic --epochs 1 --max-steps 3 --save "$tmp/link.bin" 2>&1) ||
+    fail "--save through a link: $out"
+[ -L "$tmp/link.bin" ] || fail "--save replaced the link $tmp/link.bin"
+cmp -s "$tmp/keep.bin" "$tmp/before.bin" && fail "--save through a link left the file it leads to as it was"
+ls "$tmp" | grep -q "keep.bin\.\|link.bin\." && fail "--save through a link left its temporary file behind"
+ln -s nowhere.bin "$tmp/dangling.bin"
+out=$("$top/flx-train" --synthetic --epochs 1 --max-steps 3 --save "$tmp/dangling.bin" 2>&1) &&
+    fail "--save through a link that leads nowhere succeeded: $out"
+echo "$out" | grep -q "cannot write $tmp/dangling.bin: a symbolic link that leads to no file" ||
+    fail "--save through a link that leads nowhere: $out"
+echo "$out" | grep -q "epoch 1/1" && fail "--save through a link that leads nowhere: it trained: $out"
+rm -f "$tmp/link.bin" "$tmp/dangling.bin" "$tmp/before.bin"
 cp "$tmp/m.bin" "$tmp/keep.bin"
 if [ "$(id -u)" != 0 ]; then
     chmod 555 "$tmp"

@@ -187,7 +187,7 @@ static void print_cpus(void)
     free(map);
 }
 
-int main(int argc, char **argv)
+static int info_main(int argc, char **argv)
 {
     static const struct option longopts[] = {{"calibrate", no_argument, 0, 'C'},
                                              {"help", no_argument, 0, 'h'},
@@ -289,4 +289,16 @@ int main(int argc, char **argv)
     ib_dev_print(stdout);
 #endif
     return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int rc = info_main(argc, argv);
+
+    /* a report that could not be written (a full disk) fails, said once */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "flx-info: writing to standard output failed\n");
+        return rc ? rc : 1;
+    }
+    return rc;
 }

@@ -43,7 +43,9 @@
  *  - Exit status: 0 if every rank exited 0; else the first failure's exit code
  *    (128+signo if it was killed); 124 on timeout; 128+signo if flxrun was
  *    interrupted and no rank failed; 2 on bad usage; 1 if the job could not be
- *    started.  A rank whose PROG cannot be executed exits 127.
+ *    started, or if every rank exited 0 but their output could not be written
+ *    (a full disk, a closed stdout; not a pipe whose reader left, as with
+ *    `| head`).  A rank whose PROG cannot be executed exits 127.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -91,6 +93,7 @@
 #define FLXRUN_SECRET_BYTES  32
 #define FLXRUN_EXIT_USAGE    2
 #define FLXRUN_EXIT_START    1
+#define FLXRUN_EXIT_OUTPUT   1   /* every rank succeeded, their output was lost */
 #define FLXRUN_EXIT_TIMEOUT  124
 #define FLXRUN_EXIT_NOEXEC   127
 
@@ -148,6 +151,8 @@ typedef struct {
     double kill_deadline;
     double drain_deadline;
     double last_progress;        /* output last read from a rank or written on */
+    unsigned out_closed;         /* 1 << fd: stdout or stderr was closed at the start */
+    int out_errno[3];            /* [fd]: why writing the ranks' output there failed; 0 */
 } flxrun_job_t;
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -496,16 +501,22 @@ err_setenv:
     return -1;
 }
 
-/* Makes sure fds 0, 1 and 2 are open, so pipes never land on them. */
-static void flxrun_stdio_ensure(void)
+/* Makes sure fds 0, 1 and 2 are open, so pipes never land on them.
+ * Returns a mask of those closed before (1 << fd): output for them is lost,
+ * not written to the /dev/null that holds their place. */
+static unsigned flxrun_stdio_ensure(void)
 {
+    unsigned closed = 0;
     int fd;
 
     do {
         fd = open("/dev/null", O_RDWR);
+        if (fd >= 0 && fd <= STDERR_FILENO)
+            closed |= 1u << fd;
     } while (fd >= 0 && fd <= STDERR_FILENO);
     if (fd > STDERR_FILENO)
         close(fd);
+    return closed;
 }
 
 /* Raises the soft fd limit if 2 pipes per rank would not fit. */
@@ -876,10 +887,18 @@ static int flxrun_poll_ms(double next)
 /* Writes all of buf to fd, PIPE_BUF bytes at a time once poll says fd takes
  * them (a pipe then takes them without blocking), so that while a reader
  * holds the output back, signals are still forwarded and the timeout and
- * the kill still come.  Output that cannot be written (closed pipe) is
- * dropped: the job keeps running. */
+ * the kill still come.  Output that cannot be written is dropped and the
+ * job keeps running: quietly where a pipe's reader left (`| head`), else
+ * (a full disk, a closed stdout) remembered in out_errno, which fails a
+ * job that succeeds. */
 static void flxrun_write_all(flxrun_job_t *job, int fd, const char *buf, size_t len)
 {
+    if (job->out_errno[fd] != 0)
+        return;
+    if (job->out_closed & (1u << fd)) {
+        job->out_errno[fd] = EBADF;
+        return;
+    }
     while (len > 0) {
         struct pollfd p[2] = {{.fd = fd, .events = POLLOUT}, {.fd = job->sig_rfd, .events = POLLIN}};
         ssize_t n;
@@ -893,7 +912,11 @@ static void flxrun_write_all(flxrun_job_t *job, int fd, const char *buf, size_t 
             return;
         if (p[1].revents & POLLIN && flxrun_job_signals_drain(job))
             flxrun_job_scan(job);
-        if (p[0].revents & (POLLERR | POLLNVAL))
+        if (p[0].revents & POLLNVAL) {
+            job->out_errno[fd] = EBADF;
+            return;
+        }
+        if (p[0].revents & POLLERR) /* a pipe whose reader left */
             return;
         if (!(p[0].revents & (POLLOUT | POLLHUP)))
             continue;
@@ -901,6 +924,8 @@ static void flxrun_write_all(flxrun_job_t *job, int fd, const char *buf, size_t 
         if (n < 0) {
             if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
                 continue;
+            if (errno != EPIPE)
+                job->out_errno[fd] = errno;
             return;
         }
         job->last_progress = flxrun_now();
@@ -1101,6 +1126,7 @@ int main(int argc, char **argv)
     flxrun_opts_t opts;
     flxrun_job_t job;
     sigset_t old_mask;
+    unsigned out_closed;
     long i;
     int rc;
 
@@ -1108,7 +1134,7 @@ int main(int argc, char **argv)
     if (rc >= 0)
         return rc;
 
-    flxrun_stdio_ensure();
+    out_closed = flxrun_stdio_ensure();
     if (opts.report)
         flxrun_report_bindings(&opts);
     flxrun_nofile_raise(opts.nranks);
@@ -1118,6 +1144,7 @@ int main(int argc, char **argv)
     memset(&job, 0, sizeof(job));
     job.opts = &opts;
     job.exit_code = -1;
+    job.out_closed = out_closed;
     job.ranks = calloc((size_t)opts.nranks, sizeof(*job.ranks));
     job.streams = calloc(2 * (size_t)opts.nranks, sizeof(*job.streams));
     job.pfds = calloc(1 + 2 * (size_t)opts.nranks, sizeof(*job.pfds));
@@ -1154,6 +1181,15 @@ int main(int argc, char **argv)
         rc = 128 + job.interrupt_signo;
     else
         rc = 0;
+    /* the ranks' lines that were lost fail a job that succeeded */
+    for (int fd = STDOUT_FILENO; fd <= STDERR_FILENO; fd++) {
+        if (job.out_errno[fd] == 0)
+            continue;
+        fprintf(stderr, "flxrun: the ranks' standard %s could not be written (%s): lines lost\n",
+                fd == STDOUT_FILENO ? "output" : "error", strerror(job.out_errno[fd]));
+        if (rc == 0)
+            rc = FLXRUN_EXIT_OUTPUT;
+    }
 
     close(job.sig_rfd);
     close(flxrun_sig_wfd);

@@ -93,10 +93,29 @@ static int ckpt_tmp_open(const char *path, char **tmp_p, int rank)
     return fd;
 }
 
+/* The file a save to path replaces: path, or, where path is a symbolic
+ * link, the file it leads to (written through, as a shell's redirection
+ * does; replacing the link left its target old).  A malloc'd name, or NULL
+ * (said: no memory, or a link that leads nowhere). */
+static char *ckpt_target(const char *path, int rank)
+{
+    struct stat sb;
+    char *target;
+
+    if (lstat(path, &sb) != 0 || !S_ISLNK(sb.st_mode)) {
+        if ((target = strdup(path)) == NULL)
+            flx_error(TRAIN, rank, "cannot write %s: no memory", path);
+    } else if ((target = realpath(path, NULL)) == NULL) {
+        flx_error(TRAIN, rank, "cannot write %s: a symbolic link that leads to no file (%m)",
+                  path);
+    }
+    return target;
+}
+
 flx_status_t ckpt_check_writable(const char *path, int rank)
 {
     struct stat sb;
-    char *tmp;
+    char *tmp, *target;
     int fd;
 
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
@@ -104,7 +123,10 @@ flx_status_t ckpt_check_writable(const char *path, int rank)
                   "or a device)", path);
         return FLX_ERR_IO;
     }
-    fd = ckpt_tmp_open(path, &tmp, rank);
+    if ((target = ckpt_target(path, rank)) == NULL)
+        return FLX_ERR_IO;
+    fd = ckpt_tmp_open(target, &tmp, rank);
+    free(target);
     if (fd < 0)
         return FLX_ERR_IO;
     close(fd);
@@ -131,7 +153,7 @@ flx_status_t ckpt_save(const char *path, const char *desc, const float *w, size_
     size_t len = strlen(desc);
     uint8_t head[16 + CKPT_DESC_MAX + 8], tail[4];
     size_t bad;
-    char *tmp;
+    char *tmp, *target;
     FILE *f;
     int fd, ok;
 
@@ -153,11 +175,15 @@ flx_status_t ckpt_save(const char *path, const char *desc, const float *w, size_
     memcpy(head + 16, desc, len);
     put_u64(head + 16 + len, (uint64_t)n);
     put_u32(tail, ckpt_crc(w, n));
-    fd = ckpt_tmp_open(path, &tmp, rank);
-    if (fd < 0)
+    if ((target = ckpt_target(path, rank)) == NULL)
         return FLX_ERR_IO;
+    fd = ckpt_tmp_open(target, &tmp, rank);
+    if (fd < 0) {
+        free(target);
+        return FLX_ERR_IO;
+    }
     f = fdopen(fd, "wb");
-    ok = f != NULL && fchmod(fd, ckpt_mode(path)) == 0 && fwrite(head, 1, 24 + len, f) == 24 + len &&
+    ok = f != NULL && fchmod(fd, ckpt_mode(target)) == 0 && fwrite(head, 1, 24 + len, f) == 24 + len &&
          fwrite(w, sizeof(float), n, f) == n && fwrite(tail, 1, 4, f) == 4 && fflush(f) == 0 &&
          fsync(fd) == 0;
     if (!ok) {
@@ -168,18 +194,21 @@ flx_status_t ckpt_save(const char *path, const char *desc, const float *w, size_
             close(fd);
         errno = err;
         flx_error(TRAIN, rank, "cannot write %s (through %s): %m", path, tmp);
-        unlink(tmp);
-        free(tmp);
-        return FLX_ERR_IO;
+        goto err_unlink_tmp;
     }
-    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+    if (fclose(f) != 0 || rename(tmp, target) != 0) {
         flx_error(TRAIN, rank, "cannot write %s (through %s): %m", path, tmp);
-        unlink(tmp);
-        free(tmp);
-        return FLX_ERR_IO;
+        goto err_unlink_tmp;
     }
     free(tmp);
+    free(target);
     return FLX_OK;
+
+err_unlink_tmp:
+    unlink(tmp);
+    free(tmp);
+    free(target);
+    return FLX_ERR_IO;
 }
 
 /* the header of an open file, checked against desc and n */

@@ -63,6 +63,7 @@ static int idx_open(idx_in_t *s, const char *dir, const char *name, char *path, 
     s->ended = 1; /* nothing begun yet */
     if (s->gz && inflateInit2(&s->zs, 15 + 16) != Z_OK) { /* gzip only */
         fclose(s->fp);
+        s->fp = NULL; /* the caller tells a failed open by it */
         errno = ENOMEM;
         return -1;
     }

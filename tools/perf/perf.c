@@ -23,6 +23,7 @@
 #include "common/dtype.h"
 #include "common/time.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdint.h>
@@ -1203,10 +1204,38 @@ static int perf_engine_setup(perf_engine_t *eng)
     return fail_all;
 }
 
-static void perf_engine_teardown(perf_engine_t *eng)
+int perf_csv_close(FILE *csv, const char *path, const char *prog)
 {
-    if (eng->csv != NULL && fclose(eng->csv) != 0)
-        fprintf(stderr, "%s: writing %s: %m\n", eng->coll->name, eng->args.csv_path);
+    int bad;
+
+    if (csv == NULL)
+        return 0;
+    bad = ferror(csv);
+    if (fclose(csv) != 0) {
+        fprintf(stderr, "%s: writing %s failed: %s\n", prog, path, strerror(errno));
+        return -1;
+    }
+    if (bad) {
+        fprintf(stderr, "%s: writing %s failed\n", prog, path);
+        return -1;
+    }
+    return 0;
+}
+
+int perf_stdout_close(const char *prog)
+{
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "%s: writing to standard output failed\n", prog);
+        return -1;
+    }
+    return 0;
+}
+
+/* 0, or -1 when the CSV could not be written (said) */
+static int perf_engine_teardown(perf_engine_t *eng)
+{
+    int bad = perf_csv_close(eng->csv, eng->args.csv_path, eng->coll->name);
+
     eng->csv = NULL;
     free(eng->reqs);
     free(eng->times);
@@ -1216,6 +1245,7 @@ static void perf_engine_teardown(perf_engine_t *eng)
         flx_mem_deregister(eng->comm, eng->sendbuf);
     free(eng->recvbuf);
     free(eng->sendbuf);
+    return bad;
 }
 
 int perf_main(const perf_coll_t *coll, int argc, char **argv)
@@ -1298,28 +1328,36 @@ int perf_main(const perf_coll_t *coll, int argc, char **argv)
         rc = PERF_EXIT_FAIL;
 
 out_teardown:
-    perf_engine_teardown(&eng);
+    if (perf_engine_teardown(&eng) != 0 && rc == 0) /* a report that could not be written */
+        rc = PERF_EXIT_FAIL;
     st = flx_comm_destroy(eng.comm);
     if (st != FLX_OK && rc == 0) {
         fprintf(stderr, "%s: flx_comm_destroy: %s\n", coll->name, flx_status_string(st));
         rc = PERF_EXIT_FAIL;
     }
+    if (perf_stdout_close(coll->name) != 0 && rc == 0)
+        rc = PERF_EXIT_FAIL;
     return rc;
 }
 
 int perf_parse_fractions(const char *s, double *out, int max)
 {
-    char buf[256], *save = NULL;
+    char buf[256], *next;
     int n = 0;
 
     if (snprintf(buf, sizeof(buf), "%s", s) >= (int)sizeof(buf))
         return -1;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    for (char *tok = buf; tok != NULL; tok = next) { /* an empty field is an error */
         char *end;
-        double c = strtod(tok, &end);
-        if (*end != '\0' || !(c > 0 && c <= 1) || n == max)
+        double c;
+
+        next = strchr(tok, ',');
+        if (next != NULL)
+            *next++ = '\0';
+        c = strtod(tok, &end);
+        if (end == tok || *end != '\0' || !(c > 0 && c <= 1) || n == max)
             return -1;
         out[n++] = c;
     }
-    return n > 0 ? n : -1;
+    return n;
 }

@@ -188,8 +188,14 @@ int perf_main(const perf_coll_t *coll, int argc, char **argv);
 /* Median of v[0..n) (n >= 1); sorts v in place. */
 double perf_median(double *v, int n);
 /* A comma-separated list of kept fractions in (0, 1] into out[0, max):
- * their number, or -1 for an empty list, a malformed or out-of-range
+ * their number, or -1 for an empty list or field, a malformed or out-of-range
  * value, or more than max of them. */
 int perf_parse_fractions(const char *s, double *out, int max);
+/* Closes csv (NULL: nothing to do), the file at path: 0, or -1 after one
+ * line on stderr, prog's, saying that writing it failed (a full disk). */
+int perf_csv_close(FILE *csv, const char *path, const char *prog);
+/* Flushes standard output: 0, or -1 after one line saying that writing to
+ * it failed. */
+int perf_stdout_close(const char *prog);
 
 #endif

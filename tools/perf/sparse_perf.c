@@ -95,12 +95,17 @@ static void sparse_perf_usage(FILE *out)
 /* "--methods": names from sparse_perf_names or "all"; 0, or -1 */
 static int sparse_perf_parse_methods(sparse_perf_args_t *a, const char *s)
 {
-    char buf[256], *save = NULL;
+    char buf[256], *next;
 
-    snprintf(buf, sizeof(buf), "%s", s);
+    if (snprintf(buf, sizeof(buf), "%s", s) >= (int)sizeof(buf))
+        return -1;
     a->methods = 0;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    for (char *tok = buf; tok != NULL; tok = next) { /* an empty field is an error */
         int m;
+
+        next = strchr(tok, ',');
+        if (next != NULL)
+            *next++ = '\0';
         if (strcmp(tok, "all") == 0) {
             a->methods = (1u << SP_COUNT) - 1;
             continue;
@@ -491,13 +496,20 @@ int main(int argc, char **argv)
         printf("# Avg bus bandwidth    : %g (ar-pipe rows, c < 1)\n",
                bw_count ? bw_sum / bw_count : 0.0);
     }
-    if (csv)
-        fclose(csv);
+    rc = st != FLX_OK || wrong_total ? PERF_EXIT_FAIL : PERF_EXIT_OK;
+    if (perf_csv_close(csv, args.csv_path, SPARSE_PERF_NAME) != 0 && rc == PERF_EXIT_OK)
+        rc = PERF_EXIT_FAIL;
     for (int s = 0; s < 3; s++)
         free(sp.samples[s]);
     free(sp.sums);
     free(sp.work);
     free(sp.grad0);
-    flx_comm_destroy(sp.comm);
-    return st != FLX_OK || wrong_total ? PERF_EXIT_FAIL : PERF_EXIT_OK;
+    st = flx_comm_destroy(sp.comm);
+    if (st != FLX_OK && rc == PERF_EXIT_OK) {
+        fprintf(stderr, SPARSE_PERF_NAME ": flx_comm_destroy: %s\n", flx_status_string(st));
+        rc = PERF_EXIT_FAIL;
+    }
+    if (perf_stdout_close(SPARSE_PERF_NAME) != 0 && rc == PERF_EXIT_OK)
+        rc = PERF_EXIT_FAIL;
+    return rc;
 }

@@ -358,8 +358,7 @@ int main(int argc, char **argv)
         if (n > args.max_n / args.factor)
             break;
     }
-    if (csv)
-        fclose(csv);
+    rc = perf_csv_close(csv, args.csv_path, TOPK_PERF_NAME) != 0 ? PERF_EXIT_FAIL : PERF_EXIT_OK;
     cmp_topk_destroy(tp.sel);
     free(tp.samples);
     free(tp.pairs);
@@ -369,5 +368,7 @@ int main(int argc, char **argv)
     free(tp.copy);
     free(tp.x[1]);
     free(tp.x[0]);
-    return 0;
+    if (perf_stdout_close(TOPK_PERF_NAME) != 0)
+        rc = PERF_EXIT_FAIL;
+    return rc;
 }
