@@ -207,14 +207,17 @@ flx_status_t cmp_artopk_reset(cmp_artopk_t *ar)
     return st;
 }
 
-void cmp_artopk_destroy(cmp_artopk_t *ar)
+flx_status_t cmp_artopk_destroy(cmp_artopk_t *ar)
 {
+    flx_status_t st;
+
     if (ar == NULL)
-        return;
-    cmp_artopk_reset(ar);
+        return FLX_OK;
+    st = cmp_artopk_reset(ar); /* the index exchange under way: its status */
     cmp_topk_destroy(ar->vote_sel);
     artopk_free_buffers(ar);
     free(ar);
+    return st;
 }
 
 /* ---- the index set ------------------------------------------------------------ */

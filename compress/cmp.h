@@ -116,8 +116,9 @@ flx_status_t cmp_artopk_create(flx_comm_h comm, size_t n, size_t k_max,
                                const cmp_artopk_params_t *params, cmp_topk_t *sel,
                                cmp_artopk_t **ar_p);
 flx_status_t cmp_artopk_reserve(cmp_artopk_t *ar, size_t k_max);
-/* Waits for a background exchange still running, then frees. */
-void cmp_artopk_destroy(cmp_artopk_t *ar);
+/* Waits for a background exchange still running, then frees: that
+ * exchange's status (FLX_OK for NULL or none). */
+flx_status_t cmp_artopk_destroy(cmp_artopk_t *ar);
 /* Forget the previous step's set (next step exchanges synchronously).  Must
  * happen on every rank at the same step.  Waits for a pending exchange. */
 flx_status_t cmp_artopk_reset(cmp_artopk_t *ar);
@@ -141,10 +142,12 @@ flx_status_t cmp_artopk_pipe(flx_comm_h comm, int leader, int32_t *idx, size_t k
 
 /* fp16 / bf16 casts: q[i] = half(acc[i]) (a finite value saturates at the
  * largest finite half, +-65504 for fp16, +-3.39e38 for bf16).
- * resid != NULL: resid[i] = acc[i] - float(q[i]) (acc and resid may alias).
- * Returns sum of float(q)^2. */
+ * resid != NULL: resid[i] = acc[i] - float(q[i]) (acc and resid may alias),
+ * and fp16 saturates at the largest half h with nranks * h <= 65504, so
+ * that the half sum of nranks ranks cannot overflow: the rest waits in the
+ * residual.  Returns sum of float(q)^2. */
 double cmp_cast_encode(const float *acc, uint16_t *q, size_t n, flx_dtype_t dtype,
-                       float *resid);
+                       float *resid, int nranks);
 /* out[i] = float(q[i]) / div (div = 1: exact) */
 void cmp_cast_decode(const uint16_t *q, size_t n, flx_dtype_t dtype, float div, float *out);
 /* The index of the first q[i] that is Inf or NaN (a half-precision sum

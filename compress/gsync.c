@@ -228,11 +228,15 @@ static flx_status_t gsync_reserve(flx_gsync_h h, size_t k)
     return st;
 }
 
-static void gsync_free(flx_gsync_h h)
+/* Frees h: the status of AR-Topk's background index exchange, which it
+ * waits for (FLX_OK where none runs). */
+static flx_status_t gsync_free(flx_gsync_h h)
 {
+    flx_status_t st;
+
     cmp_powersgd_destroy(h->ps);
     cmp_sparse_ag_destroy(h->ag);
-    cmp_artopk_destroy(h->ar);
+    st = cmp_artopk_destroy(h->ar);
     cmp_topk_destroy(h->sel);
     free(h->qcounts);
     free(h->qrecv);
@@ -244,6 +248,7 @@ static void gsync_free(flx_gsync_h h)
     free(h->acc);
     free(h->e);
     free(h);
+    return st;
 }
 
 /* Creation is collective, and so is its failure: every rank says whether
@@ -431,8 +436,7 @@ flx_status_t flx_gsync_destroy(flx_gsync_h h)
 {
     if (h == NULL)
         return FLX_OK;
-    gsync_free(h);
-    return FLX_OK;
+    return gsync_free(h); /* a failed index exchange is this call's failure */
 }
 
 flx_status_t flx_gsync_set_kept_fraction(flx_gsync_h h, double c)
@@ -727,7 +731,7 @@ static flx_status_t gsync_step_cast(flx_gsync_h h, float *grad, flx_gsync_report
     float flag;
     flx_status_t st;
 
-    c2 = cmp_cast_encode(acc, h->half, h->n, dt, h->o.error_feedback ? h->acc : NULL);
+    c2 = cmp_cast_encode(acc, h->half, h->n, dt, h->o.error_feedback ? h->acc : NULL, h->N);
     h->half[h->n] = dt == FLX_FLOAT16 ? flx_float_to_half(bad ? 1.0f : 0.0f)
                                       : (uint16_t)(bad ? 0x3f80 : 0);
     t1 = flx_time_now();

@@ -18,15 +18,31 @@
 #define QUANT_BF16_MAX 0x7f7fu /* the largest finite bfloat16, 3.39e38 */
 #define QSGD_LEVELS 127
 
+/* the largest half h with nranks * h <= 65504 (a positive half's bits
+ * grow with its value) */
+static float quant_fp16_share(int nranks)
+{
+    const float share = QUANT_FP16_MAX / (float)(nranks > 1 ? nranks : 1);
+    uint16_t h = flx_float_to_half(share);
+
+    if (flx_half_to_float(h) > share)
+        h--;
+    return flx_half_to_float(h);
+}
+
 double cmp_cast_encode(const float *acc, uint16_t *q, size_t n, flx_dtype_t dtype,
-                       float *resid)
+                       float *resid, int nranks)
 {
     double c2 = 0;
 
     if (dtype == FLX_FLOAT16) {
+        /* with a residual to hold the rest, no rank sends more than its
+         * share of the range: a sum past 65504 failed every step while it
+         * lasted, and for good where the residual kept it there */
+        const float lim = resid ? quant_fp16_share(nranks) : QUANT_FP16_MAX;
+
         for (size_t i = 0; i < n; i++) {
-            float a = acc[i], c = a > QUANT_FP16_MAX ? QUANT_FP16_MAX
-                                 : a < -QUANT_FP16_MAX ? -QUANT_FP16_MAX : a;
+            float a = acc[i], c = a > lim ? lim : a < -lim ? -lim : a;
             uint16_t h = flx_float_to_half(c);
             float d = flx_half_to_float(h);
             q[i] = h;

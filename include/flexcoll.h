@@ -333,6 +333,8 @@ FLX_API const char *flx_build_features(void);
  *   RANDK     k indices drawn from (seed, step): the same on every rank, so
  *             the values combine by an allreduce of k floats
  *   FP16/BF16 the gradient cast to 16 bits, combined by a half allreduce
+ *             (FP16 with error feedback sends at most 65504 / N a rank, the
+ *             rest kept in the residual: the half sum cannot overflow)
  *   QSGD8     8-bit levels with stochastic rounding and a float scale per
  *             bucket of opts.qsgd_bucket elements, combined by an allgather
  *   POWERSGD  rank-r PowerSGD of the gradient viewed as a near-square
@@ -491,7 +493,9 @@ FLX_API const float *flx_gsync_residual(flx_gsync_h h);
 FLX_API flx_status_t flx_gsync_flush_residual(flx_gsync_h h, float *grad);
 
 /* Wait for a background index exchange still running (collective, like a
- * step), free everything.  NULL is a no-op. */
+ * step), free everything.  Returns that exchange's status: FLX_OK, or its
+ * failure (FLX_ERR_PEER_LOST where a peer died meanwhile); everything is
+ * freed either way.  NULL is a no-op. */
 FLX_API flx_status_t flx_gsync_destroy(flx_gsync_h h);
 
 FLX_API const char *flx_compress_name(flx_compress_t method);

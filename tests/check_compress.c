@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- inputs --------------------------------------------------------------------- */
 
@@ -871,25 +872,51 @@ static int body_casts(flx_comm_h comm, int rank, int N, void *arg)
                 rc = same_everywhere(comm, rank, N, g, n, flx_compress_name(o.method));
         }
         /* fp16: values that fit alone but whose sum does not (2 x 40000 >
-         * 65504) fail the step on every rank, residual unchanged, instead of
-         * returning Inf */
+         * 65504).  With error feedback each rank sends at most its share of
+         * the range (the largest half h with N h <= 65504), the rest waits
+         * in the residual and the step succeeds (it failed, and for good
+         * while the residual held the value); without, the step fails on
+         * every rank instead of returning Inf */
         if (m == 0 && N > 1 && rc == 0) {
+            const float share_f = 65504.0f / (float)N;
+            uint16_t sh = flx_float_to_half(share_f);
+            float share;
             flx_status_t st;
+            flx_gsync_h h2;
+
+            if (flx_half_to_float(sh) > share_f)
+                sh--;
+            share = flx_half_to_float(sh);
             for (size_t i = 0; i < n; i++)
                 g[i] = 0.5f;
             g[n - 1] = 0.3f; /* its fp16 rounding stays in the residual */
             if (flx_gsync_step(h, g, NULL) != FLX_OK)
-                rc = mp_fail(rank, "fp16 step before the overflow");
+                rc = mp_fail(rank, "fp16 step before the large value");
             memcpy(want, flx_gsync_residual(h), n * sizeof(float));
             for (size_t i = 0; i < n && rc == 0; i++)
                 g[i] = i == n / 2 ? 40000.0f : 0.5f;
-            if (rc == 0 && (st = flx_gsync_step(h, g, NULL)) != FLX_ERR_INVALID_ARG)
-                rc = mp_fail(rank, "fp16 sum overflow: %s, not FLX_ERR_INVALID_ARG",
-                             flx_status_name(st));
-            if (rc == 0 && memcmp(want, flx_gsync_residual(h), n * sizeof(float)) != 0)
-                rc = mp_fail(rank, "fp16 sum overflow changed the residual");
+            if (rc == 0 && (st = flx_gsync_step(h, g, NULL)) != FLX_OK)
+                rc = mp_fail(rank, "fp16, 40000 on %d ranks: %s", N, flx_status_name(st));
+            if (rc == 0 && fabsf(g[n / 2] - share) > 0.002f * share)
+                rc = mp_fail(rank, "fp16, 40000 on %d ranks: the mean is %g, not about one "
+                             "rank's share %g", N, g[n / 2], share);
+            if (rc == 0 && flx_gsync_residual(h)[n / 2] != 40000.0f - share)
+                rc = mp_fail(rank, "fp16, 40000 on %d ranks: residual %g, not %g", N,
+                             flx_gsync_residual(h)[n / 2], 40000.0f - share);
             if (rc == 0 && want[n - 1] == 0.0f)
                 rc = mp_fail(rank, "no fp16 rounding kept in the residual: the check is void");
+            o.field_mask |= FLX_GSYNC_OPT_ERROR_FEEDBACK;
+            o.error_feedback = 0;
+            if (rc == 0 && flx_gsync_create(comm, n, &o, &h2) != FLX_OK)
+                rc = mp_fail(rank, "fp16 create without error feedback");
+            if (rc == 0) {
+                for (size_t i = 0; i < n; i++)
+                    g[i] = i == n / 2 ? 40000.0f : 0.5f;
+                if ((st = flx_gsync_step(h2, g, NULL)) != FLX_ERR_INVALID_ARG)
+                    rc = mp_fail(rank, "fp16 sum overflow without error feedback: %s, not "
+                                 "FLX_ERR_INVALID_ARG", flx_status_name(st));
+                flx_gsync_destroy(h2);
+            }
         }
         flx_gsync_destroy(h);
     }
@@ -1266,6 +1293,58 @@ static int body_options_differ(flx_comm_h comm, int rank, int N, void *arg)
 
 /* ---- test cases --------------------------------------------------------------------------- */
 
+/* flx_gsync_destroy waits for AR-Topk's background index exchange and
+ * returns its status: rank 1 aborts and exits as soon as its step is done,
+ * so rank 0's exchange of the next index set (2 Mi indices) fails under
+ * way.  Before, rank 0's destroy returned FLX_OK (the async error said
+ * FLX_ERR_PEER_LOST). */
+static int raw_destroy_lost(int rank, int size, const char *root, void *arg)
+{
+    const size_t n = (size_t)4 << 20;
+    float *g = malloc(n * sizeof(float));
+    flx_gsync_opts_t o;
+    flx_gsync_h h;
+    flx_comm_h comm;
+    flx_status_t st;
+
+    (void)arg;
+    if (g == NULL)
+        return mp_fail(rank, "no memory");
+    if ((st = mp_comm_create(rank, size, root, &comm)) != FLX_OK)
+        return mp_fail(rank, "flx_comm_create: %s", flx_status_string(st));
+    flx_gsync_opts_default(&o);
+    o.field_mask = FLX_GSYNC_OPT_METHOD | FLX_GSYNC_OPT_COLLECTIVE | FLX_GSYNC_OPT_INDEX_MODE |
+                   FLX_GSYNC_OPT_KEPT_FRACTION;
+    o.method = FLX_COMPRESS_TOPK;
+    o.collective = FLX_GSYNC_COLL_ARTOPK;
+    o.index_mode = FLX_INDEX_PREVIOUS;
+    o.kept_fraction = 0.5;
+    if ((st = flx_gsync_create(comm, n, &o, &h)) != FLX_OK)
+        return mp_fail(rank, "flx_gsync_create: %s", flx_status_string(st));
+    for (size_t i = 0; i < n; i++)
+        g[i] = (float)(i % 1000) * (float)(rank + 1);
+    if ((st = flx_gsync_step(h, g, NULL)) != FLX_OK)
+        return mp_fail(rank, "step: %s", flx_status_string(st));
+    if (rank == 1) {
+        flx_comm_abort(comm);
+        _exit(0);
+    }
+    st = flx_gsync_destroy(h);
+    if (st != FLX_ERR_PEER_LOST)
+        return mp_fail(rank, "flx_gsync_destroy after the peer left mid-exchange: %s, not "
+                       "FLX_ERR_PEER_LOST", flx_status_string(st));
+    flx_comm_destroy(comm);
+    free(g);
+    return 0;
+}
+
+START_TEST(test_destroy_lost)
+{
+    int failed = mp_nranks_wanted(2) ? mp_run_raw(2, raw_destroy_lost, NULL, 60, NULL) : 0;
+    ck_assert_msg(failed == 0, "%d of 2 ranks failed", failed);
+}
+END_TEST
+
 #define MP_TEST(name, body, timeout)                                            \
     START_TEST(name)                                                            \
     {                                                                           \
@@ -1323,6 +1402,7 @@ int main(void)
     tcase_add_loop_test(tc, test_allgatherv, 1, 6);
     tcase_add_loop_test(tc, test_approx_auto, 1, 5);
     tcase_add_loop_test(tc, test_options_differ, 2, 4);
+    tcase_add_test(tc, test_destroy_lost);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

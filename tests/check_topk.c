@@ -536,7 +536,7 @@ START_TEST(test_ef_invariant_casts)
         fill(acc, n, D_NORMAL, 4);
         acc[0] = 1e-7f; /* fp16 subnormal range */
         acc[1] = -3e-6f;
-        cmp_cast_encode(acc, q, n, dt, resid);
+        cmp_cast_encode(acc, q, n, dt, resid, 1);
         cmp_cast_decode(q, n, dt, 1.0f, d);
         for (size_t i = 0; i < n; i++) {
             float sum = d[i] + resid[i];
@@ -545,19 +545,35 @@ START_TEST(test_ef_invariant_casts)
         }
         /* in place (resid aliasing acc) gives the same residual */
         memcpy(d, resid, n * sizeof(float));
-        cmp_cast_encode(acc, q, n, dt, acc);
+        cmp_cast_encode(acc, q, n, dt, acc, 1);
         REQUIRE(memcmp(d, acc, n * sizeof(float)) == 0);
     }
     /* fp16 saturates instead of overflowing */
     acc[0] = 1e6f;
-    cmp_cast_encode(acc, q, 1, FLX_FLOAT16, resid);
+    cmp_cast_encode(acc, q, 1, FLX_FLOAT16, resid, 1);
     cmp_cast_decode(q, 1, FLX_FLOAT16, 1.0f, d);
     REQUIRE(d[0] == 65504.0f);
     REQUIRE(resid[0] == 1e6f - 65504.0f);
+    /* ... with a residual, at one rank's share of the range: 2 ranks 32752,
+     * 3 ranks 21824 (21840 is the half nearest 65504 / 3, and 3 x 21840
+     * overflows), the rest in the residual; without, at 65504 */
+    for (int ranks = 2; ranks <= 3; ranks++) {
+        const float share = ranks == 2 ? 32752.0f : 21824.0f;
+        acc[0] = 40000.0f;
+        acc[1] = -1e6f;
+        cmp_cast_encode(acc, q, 2, FLX_FLOAT16, resid, ranks);
+        cmp_cast_decode(q, 2, FLX_FLOAT16, 1.0f, d);
+        REQUIRE_MSG(d[0] == share && d[1] == -share && resid[0] == 40000.0f - share &&
+                        resid[1] == -1e6f + share,
+                    "%d ranks: sent %g %g, residual %g %g", ranks, d[0], d[1], resid[0], resid[1]);
+        cmp_cast_encode(acc, q, 2, FLX_FLOAT16, NULL, ranks);
+        cmp_cast_decode(q, 2, FLX_FLOAT16, 1.0f, d);
+        REQUIRE(d[0] == 40000.0f && d[1] == -65504.0f);
+    }
     /* bf16 saturates too: 3.4e38 rounds up past its largest finite value */
     acc[0] = 3.4e38f;
     acc[1] = -3.4e38f;
-    cmp_cast_encode(acc, q, 2, FLX_BFLOAT16, resid);
+    cmp_cast_encode(acc, q, 2, FLX_BFLOAT16, resid, 1);
     cmp_cast_decode(q, 2, FLX_BFLOAT16, 1.0f, d);
     REQUIRE(q[0] == 0x7f7f && q[1] == 0xff7f);
     for (int i = 0; i < 2; i++)
