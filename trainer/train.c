@@ -140,10 +140,14 @@ static int parse_list(const char *s, size_t *out, int max)
     return n;
 }
 
+/* a decimal number in [lo, hi], as FLX_* values are read: no blanks, no
+ * hexadecimal (strtod took " 0.1" and 0x10) */
 static int parse_double(const char *s, double lo, double hi, double *out)
 {
     char *end;
 
+    if (strchr("+-.0123456789", *s) == NULL || *s == '\0' || strpbrk(s, "xX") != NULL)
+        return -1;
     errno = 0;
     *out = strtod(s, &end);
     return end != s && !*end && !errno && *out >= lo && *out <= hi ? 0 : -1;
@@ -304,7 +308,9 @@ static int parse_opts(int argc, char **argv, train_opts_t *o)
             else goto bad;
             break;
         case 'h': usage(stdout); exit(0);
-        default: usage(stderr); return -1;
+        default: /* getopt said which; the 60 lines of usage buried it */
+            fprintf(stderr, "flx-train: see --help for the options\n");
+            return -1;
         }
         continue;
     bad:
