@@ -152,19 +152,34 @@ void flx_reduce(void *restrict inout, const void *restrict in, size_t count,
     reduce_table[dtype][op](inout, in, count);
 }
 
-/* NaN: all exponent bits set and a mantissa bit too */
-#define DEFINE_NAN_ONE(name, UT, EXP, MANT, QNAN)                           \
+/* A NaN's bits without the sign are above Inf's.  The test of a block is
+ * a loop of its own, compared as signed integers of the type's width (SSE2
+ * has those compares), so that it vectorises: the pass only reads unless a
+ * block holds a NaN. */
+#define DEFINE_NAN_ONE(name, UT, ST, ABS, INF, QNAN)                        \
+    static int name##_any(const UT *p, size_t n)                            \
+    {                                                                       \
+        ST m = 0;                                                           \
+        for (size_t i = 0; i < n; i++)                                      \
+            m |= (ST) - (ST)((ST)(p[i] & (UT)(ABS)) > (ST)(INF));           \
+        return m != 0;                                                      \
+    }                                                                       \
     static void name(UT *p, size_t n)                                       \
     {                                                                       \
-        for (size_t i = 0; i < n; i++)                                      \
-            if ((p[i] & (UT)(EXP)) == (UT)(EXP) && (p[i] & (UT)(MANT)) != 0) \
-                p[i] = (UT)(QNAN);                                          \
+        for (size_t b = 0; b < n; b += 1024) {                              \
+            const size_t m = n - b < 1024 ? n - b : 1024;                   \
+            if (!name##_any(p + b, m))                                      \
+                continue;                                                   \
+            for (size_t i = b; i < b + m; i++)                              \
+                if ((ST)(p[i] & (UT)(ABS)) > (ST)(INF))                     \
+                    p[i] = (UT)(QNAN);                                      \
+        }                                                                   \
     }
-DEFINE_NAN_ONE(nan_one_32, uint32_t, 0x7f800000u, 0x007fffffu, 0x7fc00000u)
-DEFINE_NAN_ONE(nan_one_64, uint64_t, 0x7ff0000000000000ull, 0x000fffffffffffffull,
+DEFINE_NAN_ONE(nan_one_32, uint32_t, int32_t, 0x7fffffffu, 0x7f800000, 0x7fc00000u)
+DEFINE_NAN_ONE(nan_one_64, uint64_t, int64_t, 0x7fffffffffffffffull, 0x7ff0000000000000ll,
                0x7ff8000000000000ull)
-DEFINE_NAN_ONE(nan_one_f16, uint16_t, 0x7c00u, 0x03ffu, 0x7e00u)
-DEFINE_NAN_ONE(nan_one_bf16, uint16_t, 0x7f80u, 0x007fu, 0x7fc0u)
+DEFINE_NAN_ONE(nan_one_f16, uint16_t, int16_t, 0x7fffu, 0x7c00, 0x7e00u)
+DEFINE_NAN_ONE(nan_one_bf16, uint16_t, int16_t, 0x7fffu, 0x7f80, 0x7fc0u)
 
 void flx_reduce_nan_one(void *buf, size_t count, flx_dtype_t dtype, flx_op_t op)
 {

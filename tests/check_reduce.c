@@ -547,6 +547,65 @@ START_TEST(test_min_max_symmetric)
 }
 END_TEST
 
+/* flx_reduce_nan_one: every NaN of a floating sum, product or average (any
+ * sign and payload, in any block of the pass) becomes the one quiet NaN;
+ * Inf, -0 and the rest keep their bits; min, max and integers untouched */
+START_TEST(test_nan_one)
+{
+    static const size_t at[] = {0, 5, 1023, 1024, 1500, 2999};
+    const flx_dtype_t dt = (flx_dtype_t)_i;
+    const size_t w = flx_dtype_size(dt), n = 3000;
+    unsigned char *buf = malloc(n * 8), *orig = malloc(n * 8);
+    const int fl = dt <= FLX_BFLOAT16;
+
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_ptr_nonnull(orig);
+    for (int op = 0; op < FLX_OP_COUNT; op++) {
+        for (size_t i = 0; i < n * w; i++) /* sign, exponent and mantissa vary */
+            buf[i] = (unsigned char)(i * 37 + 11);
+        for (size_t i = 0; i < n; i++) { /* no NaN but where put: clear the top exponent bit */
+            unsigned char *hi = buf + i * w + w - 1;
+            *hi &= 0xbf;
+        }
+        for (size_t k = 0; k < sizeof(at) / sizeof(at[0]); k++) {
+            unsigned char *e = buf + at[k] * w;
+            memset(e, 0, w);
+            if (w == 4) { uint32_t v = 0x7fc00000u | (uint32_t)(k + 1) | (k % 2 ? 0x80000000u : 0); memcpy(e, &v, 4); }
+            if (w == 8) { uint64_t v = 0x7ff8000000000000ull | (k + 1) | (k % 2 ? 1ull << 63 : 0); memcpy(e, &v, 8); }
+            if (w == 2) { uint16_t v = (uint16_t)((dt == FLX_FLOAT16 ? 0x7c01u : 0x7f81u) + k) | (k % 2 ? 0x8000u : 0); memcpy(e, &v, 2); }
+        }
+        { /* -0 and +Inf right after a NaN stay */
+            unsigned char *e = buf + 6 * w, *f = buf + 7 * w;
+            uint64_t inf = w == 4 ? 0x7f800000u : w == 8 ? 0x7ff0000000000000ull
+                         : dt == FLX_FLOAT16 ? 0x7c00u : 0x7f80u;
+            memset(e, 0, w);
+            e[w - 1] = 0x80;
+            memcpy(f, &inf, w); /* little-endian: the low bytes */
+        }
+        memcpy(orig, buf, n * w);
+        flx_reduce_nan_one(buf, n, dt, (flx_op_t)op);
+        for (size_t i = 0; i < n; i++) {
+            int put = 0;
+            for (size_t k = 0; k < sizeof(at) / sizeof(at[0]); k++)
+                put |= at[k] == i;
+            if (put && fl && op != FLX_MIN && op != FLX_MAX) {
+                uint64_t v = 0, one = w == 4 ? 0x7fc00000u : w == 8 ? 0x7ff8000000000000ull
+                                    : dt == FLX_FLOAT16 ? 0x7e00u : 0x7fc0u;
+                memcpy(&v, buf + i * w, w);
+                ck_assert_msg(v == one, "%s %s [%zu]: %llx, not the one NaN %llx",
+                              flx_dtype_name(dt), flx_op_name((flx_op_t)op), i,
+                              (unsigned long long)v, (unsigned long long)one);
+            } else {
+                ck_assert_msg(memcmp(buf + i * w, orig + i * w, w) == 0, "%s %s [%zu] changed",
+                              flx_dtype_name(dt), flx_op_name((flx_op_t)op), i);
+            }
+        }
+    }
+    free(orig);
+    free(buf);
+}
+END_TEST
+
 /* ---------------------------------------------------------------------- */
 /* conversions                                                             */
 /* ---------------------------------------------------------------------- */
@@ -856,6 +915,7 @@ static Suite *reduce_suite(void)
     tcase_add_test(tk, test_int_wrap);
     tcase_add_test(tk, test_min_max_hand);
     tcase_add_test(tk, test_min_max_symmetric);
+    tcase_add_loop_test(tk, test_nan_one, 0, FLX_DTYPE_COUNT);
     tcase_add_test(tk, test_copy_stream);
     tcase_add_test(tk, test_copy_stream_min);
     suite_add_tcase(s, tk);
