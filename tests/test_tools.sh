@@ -213,6 +213,17 @@ out=$("$top/flx-train" --synthetic --policy dense --ctl-log /tmp/never.csv 2>&1)
 echo "$out" | grep -q "ctl-log needs a policy the controller runs" || fail "--ctl-log with dense: $out"
 # bad arguments: one line saying what is wrong, exit 2; --help shows each tool's own defaults
 "$top/flx-info" extra >/dev/null 2>&1; [ $? -eq 2 ] || fail "flx-info accepted an extra argument"
+for a in extra --bogus; do # one line, not the usage after it
+    out=$("$top/flx-info" $a 2>&1)
+    [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "flx-info $a: not one line: $out"
+done
+# a tool offers in --help only the flags it has a use for, and refuses -a where its call takes
+# no algorithm (the broadcast took it and ran its own choice)
+"$top/flx-bcast-perf" --help | grep -q -- "^  -a," && fail "flx-bcast-perf --help offers -a"
+"$top/flx-reduce-scatter-perf" --help | grep -q -- "^  -[arz]," && fail "flx-reduce-scatter-perf --help offers -a, -r or -z"
+"$top/flx-allgather-perf" --help | grep -q -- "^  -o," && fail "flx-allgather-perf --help offers -o"
+out=$("$top/flx-bcast-perf" -a tree -e 64 2>&1); rc=$?
+[ "$rc" -eq 2 ] && echo "$out" | grep -q "^flx-bcast-perf: -a does not apply" || fail "flx-bcast-perf -a tree: exit $rc: $out"
 out=$(FLX_SIZE=5000 "$top/flx-info" -c 2>&1) && fail "FLX_SIZE=5000 accepted"
 echo "$out" | grep -q "expected an integer from 1 to 2048" || fail "FLX_SIZE=5000: no range: $out"
 "$top/flx-reduce-perf" --help | grep -q "smallest size in bytes (8, 4k, 1M...; default 4k)" ||

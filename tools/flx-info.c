@@ -196,21 +196,23 @@ static int info_main(int argc, char **argv)
     flx_ctl_opts_t ctl;
     int show_config = 0, do_calibrate = 0, opt;
 
+    opterr = 0; /* bad usage is one line, ours */
     while ((opt = getopt_long(argc, argv, "ch", longopts, NULL)) != -1) {
         switch (opt) {
         case 'C': do_calibrate = 1; break;
         case 'c': show_config = 1; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("flexcoll %s\n", flx_version_string()); return 0;
-        default: usage(stderr); return 2;
+        default:
+            fprintf(stderr, "flx-info: unknown option '%s' (see --help)\n", argv[optind - 1]);
+            return 2;
         }
     }
     if (optind < argc || (do_calibrate && show_config)) {
         if (optind < argc)
-            fprintf(stderr, "flx-info: unexpected argument '%s'\n", argv[optind]);
+            fprintf(stderr, "flx-info: unexpected argument '%s' (see --help)\n", argv[optind]);
         else
-            fprintf(stderr, "flx-info: -c and --calibrate are separate runs\n");
-        usage(stderr);
+            fprintf(stderr, "flx-info: -c and --calibrate are separate runs (see --help)\n");
         return 2;
     }
     if (do_calibrate)

@@ -105,7 +105,11 @@ void perf_usage(FILE *out, const char *prog, const char *accept, const perf_args
         const char letter = perf_usage_lines[k].letter;
         char size[32];
 
-        if (letter != 'h' && strchr(accept, letter) == NULL)
+        const char *at = strchr(accept, letter);
+
+        /* '~' before a letter: taken (nccl-tests' flags), but it does
+         * nothing for this tool, so --help does not offer it */
+        if (letter != 'h' && (at == NULL || (at > accept && at[-1] == '~')))
             continue;
         if (letter == 'b' || letter == 'e') { /* the tool's own defaults */
             perf_size_text(letter == 'b' ? defaults->min_bytes : defaults->max_bytes, size,
@@ -231,7 +235,7 @@ int perf_args_parse(perf_args_t *args, const char *prog, const char *accept,
     /* ':' first: a missing argument returns ':' instead of printing. */
     optstring[len++] = ':';
     for (const char *p = accept; *p != '\0' && len + 3 < sizeof(optstring); p++) {
-        if (*p == 'C' || *p == 'h' || *p == 'M')
+        if (*p == 'C' || *p == 'h' || *p == 'M' || *p == '~')
             continue;
         optstring[len++] = *p;
         optstring[len++] = ':';
@@ -643,7 +647,15 @@ typedef struct {
 } perf_result_t;
 
 /* Options every collective tool takes. */
-#define PERF_COLL_ACCEPT "befinwcdoarzCM"
+/* the letters a collective's tool takes, those it has no use for marked
+ * '~' (nccl-tests' tools take every flag) */
+static void perf_coll_accept(const perf_coll_t *coll, char *buf, size_t len)
+{
+    snprintf(buf, len, "befinwcd%so%sa%sr%szCM", coll->flags & PERF_COLL_USES_OP ? "" : "~",
+             coll->flags & PERF_COLL_USES_ALGO ? "" : "~",
+             coll->flags & PERF_COLL_USES_ROOT ? "" : "~",
+             coll->flags & PERF_COLL_NONBLOCKING ? "" : "~");
+}
 
 static int perf_cmp_double(const void *a, const void *b)
 {
@@ -1253,30 +1265,35 @@ int perf_main(const perf_coll_t *coll, int argc, char **argv)
     perf_engine_t eng;
     flx_status_t st;
     const int quiet = perf_env_nonzero_rank();
+    char accept[32];
     int rc;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     memset(&eng, 0, sizeof(eng));
     eng.coll = coll;
     perf_args_default(&eng.args);
-    rc = perf_args_parse(&eng.args, coll->name, PERF_COLL_ACCEPT, quiet, argc, argv);
+    perf_coll_accept(coll, accept, sizeof(accept));
+    rc = perf_args_parse(&eng.args, coll->name, accept, quiet, argc, argv);
     if (rc == PERF_PARSE_ERROR && quiet) { /* after rank 0, if still running */
         perf_quiet_wait();
         perf_args_default(&eng.args);
-        rc = perf_args_parse(&eng.args, coll->name, PERF_COLL_ACCEPT, 0, argc, argv);
+        rc = perf_args_parse(&eng.args, coll->name, accept, 0, argc, argv);
     }
     if (rc == PERF_PARSE_HELP)
         return PERF_EXIT_OK;
     if (rc != 0)
         return PERF_EXIT_USAGE;
-    /* the reduce-scatter call has no algorithm argument: -a would be ignored */
-    if ((coll->flags & PERF_COLL_REDUCE_SCATTER) && (eng.args.algo != FLX_ALGO_AUTO ||
-                                                     eng.args.all_algos)) {
+    /* the reduce-scatter and broadcast calls have no algorithm argument: -a
+     * would be ignored (the broadcast took it and ran its own choice) */
+    if (!(coll->flags & PERF_COLL_USES_ALGO) && (eng.args.algo != FLX_ALGO_AUTO ||
+                                                  eng.args.all_algos)) {
         if (quiet)
             perf_quiet_wait();
-        perf_arg_error(coll->name, 0,
-                       "-a does not apply: the library picks the reduce-scatter's algorithm "
-                       "(FLX_ALGO=ring|rd|tree|hd forces it)");
+        perf_arg_error(coll->name, 0, (coll->flags & PERF_COLL_REDUCE_SCATTER)
+                           ? "-a does not apply: the library picks the reduce-scatter's "
+                             "algorithm (FLX_ALGO=ring|rd|tree|hd forces it)"
+                           : "-a does not apply: the library picks the broadcast's algorithm "
+                             "(binomial tree or pipelined chain) from its model");
         return PERF_EXIT_USAGE;
     }
 
