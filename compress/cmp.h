@@ -143,9 +143,10 @@ flx_status_t cmp_artopk_pipe(flx_comm_h comm, int leader, int32_t *idx, size_t k
 /* fp16 / bf16 casts: q[i] = half(acc[i]) (a finite value saturates at the
  * largest finite half, +-65504 for fp16, +-3.39e38 for bf16).
  * resid != NULL: resid[i] = acc[i] - float(q[i]) (acc and resid may alias),
- * and fp16 saturates at the largest half h with nranks * h <= 65504, so
- * that the half sum of nranks ranks cannot overflow: the rest waits in the
- * residual.  Returns sum of float(q)^2. */
+ * and fp16 saturates at the largest half h with nranks * h + 16 (nranks - 1)
+ * <= 65504, so that the half sum of nranks ranks, rounded after each
+ * addition, cannot overflow: the rest waits in the residual.  Returns sum
+ * of float(q)^2. */
 double cmp_cast_encode(const float *acc, uint16_t *q, size_t n, flx_dtype_t dtype,
                        float *resid, int nranks);
 /* out[i] = float(q[i]) / div (div = 1: exact) */

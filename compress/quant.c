@@ -18,11 +18,15 @@
 #define QUANT_BF16_MAX 0x7f7fu /* the largest finite bfloat16, 3.39e38 */
 #define QSGD_LEVELS 127
 
-/* the largest half h with nranks * h <= 65504 (a positive half's bits
- * grow with its value) */
+/* The largest half h whose sum over nranks ranks stays finite in any
+ * order of additions: the allreduce rounds to half after each one, which
+ * adds at most 16 (half the spacing of the top binade) each time, so h is
+ * the largest with nranks * h + 16 * (nranks - 1) <= 65504 (without the
+ * 16s, 10 ranks' ring summed 10 x 6548 to 65524, which rounds to Inf). */
 static float quant_fp16_share(int nranks)
 {
-    const float share = QUANT_FP16_MAX / (float)(nranks > 1 ? nranks : 1);
+    const int n = nranks > 1 ? nranks : 1;
+    const float share = (QUANT_FP16_MAX - 16.0f * (float)(n - 1)) / (float)n;
     uint16_t h = flx_float_to_half(share);
 
     if (flx_half_to_float(h) > share)

@@ -333,8 +333,9 @@ FLX_API const char *flx_build_features(void);
  *   RANDK     k indices drawn from (seed, step): the same on every rank, so
  *             the values combine by an allreduce of k floats
  *   FP16/BF16 the gradient cast to 16 bits, combined by a half allreduce
- *             (FP16 with error feedback sends at most 65504 / N a rank, the
- *             rest kept in the residual: the half sum cannot overflow)
+ *             (FP16 with error feedback sends at most about 65504 / N a
+ *             rank, the rest kept in the residual: the half sum cannot
+ *             overflow)
  *   QSGD8     8-bit levels with stochastic rounding and a float scale per
  *             bucket of opts.qsgd_bucket elements, combined by an allgather
  *   POWERSGD  rank-r PowerSGD of the gradient viewed as a near-square

@@ -554,11 +554,11 @@ START_TEST(test_ef_invariant_casts)
     cmp_cast_decode(q, 1, FLX_FLOAT16, 1.0f, d);
     REQUIRE(d[0] == 65504.0f);
     REQUIRE(resid[0] == 1e6f - 65504.0f);
-    /* ... with a residual, at one rank's share of the range: 2 ranks 32752,
-     * 3 ranks 21824 (21840 is the half nearest 65504 / 3, and 3 x 21840
-     * overflows), the rest in the residual; without, at 65504 */
+    /* ... with a residual, at one rank's share of the range: 2 ranks 32736,
+     * 3 ranks 21824 (the largest halves h with N h + 16 (N - 1) <= 65504),
+     * the rest in the residual; without, at 65504 */
     for (int ranks = 2; ranks <= 3; ranks++) {
-        const float share = ranks == 2 ? 32752.0f : 21824.0f;
+        const float share = ranks == 2 ? 32736.0f : 21824.0f;
         acc[0] = 40000.0f;
         acc[1] = -1e6f;
         cmp_cast_encode(acc, q, 2, FLX_FLOAT16, resid, ranks);
@@ -569,6 +569,30 @@ START_TEST(test_ef_invariant_casts)
         cmp_cast_encode(acc, q, 2, FLX_FLOAT16, NULL, ranks);
         cmp_cast_decode(q, 2, FLX_FLOAT16, 1.0f, d);
         REQUIRE(d[0] == 40000.0f && d[1] == -65504.0f);
+    }
+    /* the share summed in half, rounded after each addition, stays finite
+     * for every rank count to 512, one rank at a time (the ring) and in
+     * pairs (recursive doubling, the tree): 10 ranks' ring overflowed */
+    for (int ranks = 2; ranks <= 512; ranks++) {
+        float h, seq = 0, pair[512];
+        int m = ranks;
+
+        acc[0] = 1e6f;
+        cmp_cast_encode(acc, q, 1, FLX_FLOAT16, resid, ranks);
+        h = flx_half_to_float(q[0]);
+        for (int r = 0; r < ranks; r++) {
+            seq = flx_half_to_float(flx_float_to_half(seq + h));
+            pair[r] = h;
+        }
+        while (m > 1) { /* neighbours summed, an odd one carried */
+            for (int r = 0; r < m / 2; r++)
+                pair[r] = flx_half_to_float(flx_float_to_half(pair[2 * r] + pair[2 * r + 1]));
+            if (m % 2)
+                pair[m / 2] = pair[m - 1];
+            m = (m + 1) / 2;
+        }
+        REQUIRE_MSG(seq <= 65504.0f && pair[0] <= 65504.0f && h > 0,
+                    "%d ranks, share %g: summed in turn %g, in pairs %g", ranks, h, seq, pair[0]);
     }
     /* bf16 saturates too: 3.4e38 rounds up past its largest finite value */
     acc[0] = 3.4e38f;

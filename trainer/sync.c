@@ -282,8 +282,12 @@ flx_status_t sync_destroy(sync_t *s)
      * ended, what it says left unsaid (the failure's own line said why) */
     if (s->norm_req)
         flx_wait(s->norm_req);
-    flx_gsync_destroy(s->gs);
-    st = flx_ctl_destroy(s->ctl); /* its decision log, if any, closed */
+    st = flx_gsync_destroy(s->gs); /* a failed last index exchange fails too */
+    {
+        flx_status_t s2 = flx_ctl_destroy(s->ctl); /* its decision log, if any, closed */
+        if (st == FLX_OK)
+            st = s2;
+    }
     free(s->xref);
     free(s);
     return st;
