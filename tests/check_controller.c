@@ -988,7 +988,8 @@ static int body_no_watch(flx_comm_h comm, int rank, int size, void *arg)
     (void)arg;
     if (g == NULL)
         return mp_fail(rank, "no memory");
-    if ((st = flx_iallreduce(comm, &one, &sum, 1, FLX_FLOAT64, FLX_SUM, FLX_ALGO_AUTO, &req)) != FLX_OK ||
+    if ((st = flx_iallreduce(comm, &one, &sum, 1, FLX_FLOAT64, FLX_SUM, FLX_ALGO_AUTO,
+                             &req)) != FLX_OK ||
         (st = flx_wait(req)) != FLX_OK || sum != size)
         return mp_fail(rank, "the first non-blocking allreduce: %s, sum %g",
                        flx_status_string(st), sum);

@@ -570,9 +570,20 @@ START_TEST(test_nan_one)
         for (size_t k = 0; k < sizeof(at) / sizeof(at[0]); k++) {
             unsigned char *e = buf + at[k] * w;
             memset(e, 0, w);
-            if (w == 4) { uint32_t v = 0x7fc00000u | (uint32_t)(k + 1) | (k % 2 ? 0x80000000u : 0); memcpy(e, &v, 4); }
-            if (w == 8) { uint64_t v = 0x7ff8000000000000ull | (k + 1) | (k % 2 ? 1ull << 63 : 0); memcpy(e, &v, 8); }
-            if (w == 2) { uint16_t v = (uint16_t)((dt == FLX_FLOAT16 ? 0x7c01u : 0x7f81u) + k) | (k % 2 ? 0x8000u : 0); memcpy(e, &v, 2); }
+            const unsigned sign = k % 2;
+            if (w == 4) {
+                uint32_t v = 0x7fc00000u | (uint32_t)(k + 1) | (sign ? 0x80000000u : 0);
+                memcpy(e, &v, 4);
+            }
+            if (w == 8) {
+                uint64_t v = 0x7ff8000000000000ull | (k + 1) | (sign ? 1ull << 63 : 0);
+                memcpy(e, &v, 8);
+            }
+            if (w == 2) {
+                uint16_t v = (uint16_t)(((dt == FLX_FLOAT16 ? 0x7c01u : 0x7f81u) + k) |
+                                        (sign ? 0x8000u : 0));
+                memcpy(e, &v, 2);
+            }
         }
         { /* -0 and +Inf right after a NaN stay */
             unsigned char *e = buf + 6 * w, *f = buf + 7 * w;

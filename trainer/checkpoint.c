@@ -183,7 +183,8 @@ flx_status_t ckpt_save(const char *path, const char *desc, const float *w, size_
         return FLX_ERR_IO;
     }
     f = fdopen(fd, "wb");
-    ok = f != NULL && fchmod(fd, ckpt_mode(target)) == 0 && fwrite(head, 1, 24 + len, f) == 24 + len &&
+    ok = f != NULL && fchmod(fd, ckpt_mode(target)) == 0 &&
+         fwrite(head, 1, 24 + len, f) == 24 + len &&
          fwrite(w, sizeof(float), n, f) == n && fwrite(tail, 1, 4, f) == 4 && fflush(f) == 0 &&
          fsync(fd) == 0;
     if (!ok) {
