@@ -522,10 +522,18 @@ static const float *gsync_accumulate(flx_gsync_h h, const float *grad, cmp_ef_su
         cmp_ef_accumulate(grad, NULL, NULL, h->n, sums);
     }
     *bad_p = !sums->finite;
-    if (*bad_p)
-        flx_error(COMPRESS, h->rank, "flx_gsync_step %llu: the gradient (%zu floats) holds "
-                  "NaN or Inf: every rank fails this step, residuals unchanged",
-                  (unsigned long long)h->step, h->n);
+    if (*bad_p) {
+        size_t i = flx_first_nonfinite(grad, h->n);
+
+        if (i < h->n)
+            flx_error(COMPRESS, h->rank, "flx_gsync_step %llu: the gradient (%zu floats) holds "
+                      "NaN or Inf (element %zu): every rank fails this step, residuals "
+                      "unchanged", (unsigned long long)h->step, h->n, i);
+        else /* a finite gradient whose sum with the residual overflows */
+            flx_error(COMPRESS, h->rank, "flx_gsync_step %llu: the gradient plus its residual "
+                      "overflows float (element %zu): every rank fails this step, residuals "
+                      "unchanged", (unsigned long long)h->step, flx_first_nonfinite(acc, h->n));
+    }
     return acc;
 }
 

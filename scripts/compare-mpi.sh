@@ -23,7 +23,7 @@
 # is faster) and both bus bandwidths (from the median times), then the 4 KiB
 # latency and the mean 1-64 MiB bus bandwidth, and the sizes where flexcoll
 # is behind, each with how often flexcoll was the faster of a pair (the runs
-# paired by repetition) and a one-sided sign test's p, those under 0.05
+# paired by repetition; ties left out) and a one-sided sign test's p, those under 0.05
 # counted as clearly behind.  The time of one run at one size is the mean over its timed
 # iterations (-s mean, nccl-tests' "time", the default) or their median
 # (-s p50: one stalled iteration on a busy machine does not move it); both
@@ -289,14 +289,17 @@ report() {
                     if (s == 4096) { lat_f = f; lat_m = m }
                     if (f > 0 && m > 0 && m < f) {
                         # the runs paired by repetition: how often flexcoll was faster
-                        kk = split(reps[s], rl, " "); np = nw = 0
+                        # (a tie counts for neither: the sign test drops it)
+                        kk = split(reps[s], rl, " "); np = nw = nt = 0
                         for (j = 1; j <= kk; j++) {
                             if (!(("flexcoll", s, rl[j]) in v) || !((bk, s, rl[j]) in v)) continue
+                            if (v["flexcoll", s, rl[j]] == v[bk, s, rl[j]]) { nt++; continue }
                             np++
                             if (v["flexcoll", s, rl[j]] < v[bk, s, rl[j]]) nw++
                         }
                         pv = sign_p(nw, np)
-                        behind = behind sprintf(" %d (%s, faster in %d of %d, p %.2f)", s, rs, nw, np, pv)
+                        behind = behind sprintf(" %d (%s, faster in %d of %d%s, p %.2f)", s, rs, nw, np,
+                                                nt ? sprintf(", %d tie%s", nt, nt > 1 ? "s" : "") : "", pv)
                         nbehind++
                         if (pv < 0.05) { sig = sig " " s; nsig++ }
                     }

@@ -626,6 +626,68 @@ static int body_bad_gradient(flx_comm_h comm, int rank, int N, void *arg)
     return 0;
 }
 
+/* A finite gradient whose sum with its residual overflows: rank 0 sends
+ * 3e38 everywhere at step 0 (top-k keeps 95% of it in the residual, the
+ * others' small values add to the 5% sent without overflow), again at
+ * step 1: g + e is Inf there, every rank fails the step, rank 0's one
+ * line says the sum with the residual overflowed (not that the gradient
+ * holds NaN or Inf, which it does not), the residual stays, and a small
+ * gradient at step 2 goes through. */
+static int body_residual_overflow(flx_comm_h comm, int rank, int N)
+{
+    const size_t n = 2000;
+    float *g = malloc(n * sizeof(float)), *e_old = malloc(n * sizeof(float));
+    char path[] = "/tmp/flx_overflow_XXXXXX";
+    int saved = -1, said = 0;
+    flx_gsync_opts_t o;
+    flx_gsync_h h;
+    flx_status_t st;
+
+    if (g == NULL || e_old == NULL)
+        return mp_fail(rank, "out of memory");
+    flx_gsync_opts_default(&o);
+    o.field_mask = FLX_GSYNC_OPT_METHOD | FLX_GSYNC_OPT_KEPT_FRACTION | FLX_GSYNC_OPT_OP;
+    o.method = FLX_COMPRESS_TOPK;
+    o.kept_fraction = 0.05;
+    o.op = FLX_SUM;
+    if (flx_gsync_create(comm, n, &o, &h) != FLX_OK)
+        return mp_fail(rank, "create topk");
+    for (int t = 0; t < 3; t++) {
+        grad_fill(g, n, 13, N, rank, t);
+        if (rank == 0 && t < 2)
+            for (size_t i = 0; i < n; i++)
+                g[i] = 3e38f;
+        memcpy(e_old, flx_gsync_residual(h), n * sizeof(float));
+        if (t == 1 && rank == 0)
+            saved = mp_capture_start(path);
+        st = flx_gsync_step(h, g, NULL);
+        if (t == 1 && rank == 0) {
+            said = mp_capture_stop(saved, path, "the gradient plus its residual overflows float");
+            if (said != 1)
+                return mp_fail(rank, "%d lines say the gradient plus its residual overflowed",
+                               said);
+        }
+        if (t == 1) {
+            if (st != FLX_ERR_INVALID_ARG)
+                return mp_fail(rank, "g + e overflowing on rank 0 gave %s", flx_status_string(st));
+            if (memcmp(e_old, flx_gsync_residual(h), n * sizeof(float)) != 0)
+                return mp_fail(rank, "the failed step changed the residual");
+            continue;
+        }
+        if (st != FLX_OK)
+            return mp_fail(rank, "residual overflow, step %d: %s", t, flx_status_string(st));
+        if (t == 0 && rank == 0 && !(flx_gsync_residual(h)[0] == 3e38f ||
+                                     flx_gsync_residual(h)[n - 1] == 3e38f))
+            return mp_fail(rank, "step 0 kept no 3e38 in the residual");
+        if (same_everywhere(comm, rank, N, g, n, "residual overflow"))
+            return 1;
+    }
+    flx_gsync_destroy(h);
+    free(e_old);
+    free(g);
+    return 0;
+}
+
 /* Finite gradients whose sum overflows float (3e38 everywhere on every
  * rank; PowerSGD's products overflow even on one rank): every rank fails
  * the step with FLX_ERR_INVALID_ARG, the residuals stay as they were, and
@@ -692,7 +754,7 @@ static int body_overflow(flx_comm_h comm, int rank, int N, void *arg)
     }
     free(e_old);
     free(g);
-    return 0;
+    return body_residual_overflow(comm, rank, N);
 }
 
 /* Pipelined AR-Topk with an index outside the gradient in the leader's set

@@ -377,9 +377,6 @@ END_TEST
 
 /* ---- out of memory for scratch ------------------------------------------------ */
 
-static int capture_start(char *path);
-static int capture_stop(int saved, const char *path, const char *pattern);
-
 /* This process's address space now, in bytes (VmSize); 0 if unknown. */
 static size_t vm_size(void)
 {
@@ -434,7 +431,7 @@ static int body_no_memory(flx_comm_h comm, int rank, int size, void *arg)
         rl.rlim_cur = rl.rlim_max = now + ((size_t)8 << 20);
         if (setrlimit(RLIMIT_AS, &rl) != 0)
             return mp_fail(rank, "setrlimit failed");
-        saved = capture_start(path);
+        saved = mp_capture_start(path);
         for (int i = 0; i < NOMEM_BCAST; i++)
             buf[i] = (float)(i + 1);
     } else { /* 300 ms late, reading what comes meanwhile (rank 1's notice) */
@@ -445,7 +442,7 @@ static int body_no_memory(flx_comm_h comm, int rank, int size, void *arg)
     st = flx_broadcast(comm, buf, NOMEM_BCAST, FLX_FLOAT32, 1);
     if (st != FLX_OK) {
         if (rank == 1)
-            capture_stop(saved, path, "");
+            mp_capture_stop(saved, path, "");
         return mp_fail(rank, "broadcast before the failure gave %s", flx_status_string(st));
     }
     for (int i = 0; i < NOMEM_BCAST; i++)
@@ -454,7 +451,7 @@ static int body_no_memory(flx_comm_h comm, int rank, int size, void *arg)
     t0 = flx_time_now();
     st = flx_allreduce(comm, buf, buf, NOMEM_COUNT, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING);
     if (rank == 1)
-        lines = capture_stop(saved, path, "memory");
+        lines = mp_capture_stop(saved, path, "memory");
     if (flx_time_now() - t0 > 3.0 + 4.0) /* FLX_TIMEOUT + a loaded machine's stalls */
         return mp_fail(rank, "the call took %.1f s", flx_time_now() - t0);
     if (rank == 1 && st != FLX_ERR_NO_MEMORY)
@@ -533,9 +530,9 @@ static int raw_strangers(int rank, int size, const char *root, void *arg)
     if (rank == 1)
         usleep(500000); /* let the strangers in first */
     if (rank == 0)
-        saved = capture_start(path);
+        saved = mp_capture_start(path);
     st = mp_comm_create(rank, 2, root, &comm);
-    if (rank == 0 && (old_lines = capture_stop(saved, path, "a flexcoll whose bootstrap protocol "
+    if (rank == 0 && (old_lines = mp_capture_stop(saved, path, "a flexcoll whose bootstrap protocol "
                                                "is version 3, this one's 4")) != 1)
         return mp_fail(rank, "%d lines name the older build, not 1", old_lines);
     if (st != FLX_OK)
@@ -799,38 +796,6 @@ static void strangers_release(int fds[STRANGERS])
             close(fds[i]);
 }
 
-/* stderr into a file while the job forms; count the rejections logged */
-static int capture_start(char *path)
-{
-    int fd = mkstemp(path), saved;
-
-    fflush(stderr);
-    saved = dup(2);
-    dup2(fd, 2);
-    close(fd);
-    return saved;
-}
-
-static int capture_stop(int saved, const char *path, const char *pattern)
-{
-    char line[512];
-    int count = 0;
-    FILE *f;
-
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    f = fopen(path, "r");
-    while (f && fgets(line, sizeof(line), f)) {
-        count += strstr(line, pattern) != NULL;
-        fputs(line, stderr);
-    }
-    if (f)
-        fclose(f);
-    unlink(path);
-    return count;
-}
-
 /* the first listening socket of this process */
 static int find_listener(sock_addr_t *addr_p)
 {
@@ -893,7 +858,7 @@ static int raw_hostile(int rank, int size, const char *root, void *arg)
         return 0;
     }
     if (rank == attacked)
-        saved = capture_start(path);
+        saved = mp_capture_start(path);
     if (where == 1 && rank == 1)
         pthread_create(&th, NULL, mesh_attacker, &ma);
     if ((where == 0 && rank == 1) || (where == 1 && rank == 2))
@@ -907,7 +872,7 @@ static int raw_hostile(int rank, int size, const char *root, void *arg)
             return mp_fail(rank, "no mesh listener found to attack");
     }
     if (rank == attacked)
-        rejected = capture_stop(saved, path, "rejected connection from");
+        rejected = mp_capture_stop(saved, path, "rejected connection from");
     if (st != FLX_OK)
         return mp_fail(rank, "comm_create with strangers around: %s", flx_status_string(st));
     /* tcp forms in milliseconds: the bound shows nobody waited for the
@@ -1092,9 +1057,9 @@ static int raw_exchange_fails(int rank, int size, const char *root, void *arg)
     if (rank == XF_FAKE)
         return fake_member_exchange(rank, size, root, c);
     setenv("FLX_NET", "tcp", 1);
-    saved = capture_start(path);
+    saved = mp_capture_start(path);
     st = mp_comm_create(rank, size, root, &comm);
-    lines = capture_stop(saved, path,
+    lines = mp_capture_stop(saved, path,
                          c == 1     ? "rank 1 sent a connection count out of range"
                          : rank == 0 ? "exchange of connection counts with rank 1 failed"
                                      : "exchange of connection counts with rank 0 failed");

@@ -168,3 +168,34 @@ int mp_run_raw(int size, mp_raw_body_t body, void *arg, double timeout_s, int *e
     mp_job_t job = {.raw = body, .arg = arg};
     return mp_launch(size, &job, timeout_s, exit_codes_p);
 }
+
+int mp_capture_start(char *path)
+{
+    int fd = mkstemp(path), saved;
+
+    fflush(stderr);
+    saved = dup(2);
+    dup2(fd, 2);
+    close(fd);
+    return saved;
+}
+
+int mp_capture_stop(int saved, const char *path, const char *pattern)
+{
+    char line[512];
+    int count = 0;
+    FILE *f;
+
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    f = fopen(path, "r");
+    while (f && fgets(line, sizeof(line), f)) {
+        count += strstr(line, pattern) != NULL;
+        fputs(line, stderr);
+    }
+    if (f)
+        fclose(f);
+    unlink(path);
+    return count;
+}

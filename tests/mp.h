@@ -30,6 +30,13 @@ flx_status_t mp_comm_create(int rank, int size, const char *root, flx_comm_h *co
  * A malformed list exits the test program with a message (status 99). */
 int mp_nranks_wanted(int n);
 
+/* stderr into the file mkstemp makes of path (a template) until
+ * mp_capture_stop, which puts stderr back, copies the file to it, removes
+ * the file and returns how many of its lines hold pattern.
+ * mp_capture_start returns the saved descriptor mp_capture_stop takes. */
+int mp_capture_start(char *path);
+int mp_capture_stop(int saved, const char *path, const char *pattern);
+
 /* Print a failure from inside a rank and return 1. */
 int mp_fail(int rank, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -179,6 +179,15 @@ out=$(bash "$src/scripts/compare-mpi.sh" -s p50 -R "$res" 2>&1) || fail "compare
 echo "$out" | grep -q "behind at : 2 of 3 sizes 4096 (0.89, faster in 0 of 3, p 0.12) 8192 (0.75, faster in 0 of 1, p 0.50)$" ||
     fail "compare-mpi -s p50 behind list: $out"
 echo "$out" | grep -q "of them, clearly : 0 (sign test" || fail "compare-mpi -s p50 sign test: $out"
+# a tie is neither side's: left out of the pairs (3 losses and a tie: p = 1/8, not 1/16)
+for rep in 1 2 3 4; do
+    echo "flexcoll allreduce 2 $rep 32768 10 0 0 10"
+    echo "mpi allreduce 2 $rep 32768 $((rep < 4 ? 9 : 10)) 0 0 9"
+done >"$res.tie"
+out=$(bash "$src/scripts/compare-mpi.sh" -R "$res.tie" 2>&1) || fail "compare-mpi -R ties: $out"
+echo "$out" | grep -q "behind at : 1 of 1 sizes 32768 (0.90, faster in 0 of 3, 1 tie, p 0.12)$" ||
+    fail "compare-mpi -R: a tie counted as a pair: $out"
+rm -f "$res.tie"
 bash "$src/scripts/compare-mpi.sh" -s p99 -R "$res" >/dev/null 2>&1 && fail "compare-mpi -s p99 accepted"
 # results kept before the p50 column existed: -s p50 is an error, not a table of n/a
 cut -d' ' -f1-8 "$res" >"$res.old"

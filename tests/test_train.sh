@@ -130,12 +130,14 @@ out=$("$top/flx-train" --synthetic --policy selsync --max-local 0 2>&1)
 out=$("$top/flx-train" --synthetic --policy selsync --delta-decay -1 2>&1)
 [ $? = 2 ] && echo "$out" | grep -q "bad value '-1' for --delta-decay" ||
     fail "--delta-decay -1 accepted: $out"
-# numbers are read as FLX_* values are: no hexadecimal, no blanks (strtod took both); an
-# unknown option is getopt's line and a pointer to --help, not the whole usage
-for v in 0x10 " 0.1" "0.1 "; do
+# numbers are read as FLX_* values are: no hexadecimal, no blanks, no sign (strtod took
+# them); an unknown option is getopt's line and a pointer to --help, not the whole usage
+for v in 0x10 " 0.1" "0.1 " "+0.1" "-0" inf nan; do
     out=$("$top/flx-train" --synthetic --epochs 1 --max-steps 1 --lr "$v" 2>&1)
     [ $? = 2 ] && echo "$out" | grep -q "bad value '$v' for --lr" || fail "--lr '$v' accepted: $out"
 done
+out=$("$top/flx-train" --synthetic --epochs 1 --max-steps 1 --lr .05 2>&1) ||
+    fail "--lr .05 (as FLX_* values take it) refused: $out"
 out=$("$top/flx-train" --synthetic --bogus 2>&1)
 [ $? = 2 ] && [ "$(echo "$out" | wc -l)" -eq 2 ] && echo "$out" | grep -q "see --help" ||
     fail "--bogus: not two lines pointing at --help: $out"

@@ -19,6 +19,7 @@
 #include "trainer/sync.h"
 
 #include <cblas.h>
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -140,13 +141,16 @@ static int parse_list(const char *s, size_t *out, int max)
     return n;
 }
 
-/* a decimal number in [lo, hi], as FLX_* values are read: no blanks, no
- * hexadecimal (strtod took " 0.1" and 0x10) */
+/* a decimal number in [lo, hi], as FLX_* values are read: a digit or a
+ * point and a digit first (no blanks, no sign), no hexadecimal (strtod
+ * took " 0.1", "+0.1" and 0x10) */
 static int parse_double(const char *s, double lo, double hi, double *out)
 {
     char *end;
 
-    if (strchr("+-.0123456789", *s) == NULL || *s == '\0' || strpbrk(s, "xX") != NULL)
+    if (!isdigit((unsigned char)s[0]) && !(s[0] == '.' && isdigit((unsigned char)s[1])))
+        return -1;
+    if (strpbrk(s, "xX") != NULL)
         return -1;
     errno = 0;
     *out = strtod(s, &end);
