@@ -175,8 +175,8 @@ flx_algo_t comm_pick_allgather(flx_comm_h comm, double bytes_per_rank, flx_algo_
 /* Wire kinds of the collectives the compression layer builds (kept clear of
  * the dense kinds in comm.h). */
 enum {
-    COLL_ALLGATHERV = 24,     /* allgatherv: counts, then blocks         */
-    COLL_ARTOPK = 25,         /* compress/artopk_pipe.c: fused AR-Topk   */
+    COLL_ALLGATHERV = TL_KIND_ALLGATHERV, /* allgatherv: counts, then blocks */
+    COLL_ARTOPK = TL_KIND_ARTOPK,         /* compress/artopk_pipe.c: fused AR-Topk */
 };
 
 /* Allgather of sendbytes bytes per rank, the counts differing across ranks.

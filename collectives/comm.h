@@ -12,12 +12,12 @@
 
 /* Collective kinds on the wire (with the algorithm in the low bits). */
 enum {
-    COLL_ALLREDUCE = 1,
-    COLL_ALLGATHER = 2,
-    COLL_BCAST = 3,
-    COLL_REDUCE_SCATTER = 4,
-    COLL_BARRIER = 5,
-    COLL_CALIBRATE = 6,
+    COLL_ALLREDUCE = TL_KIND_ALLREDUCE,
+    COLL_ALLGATHER = TL_KIND_ALLGATHER,
+    COLL_BCAST = TL_KIND_BCAST,
+    COLL_REDUCE_SCATTER = TL_KIND_REDUCE_SCATTER,
+    COLL_BARRIER = TL_KIND_BARRIER,
+    COLL_CALIBRATE = TL_KIND_CALIBRATE,
 };
 
 typedef struct flx_request {

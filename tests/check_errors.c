@@ -41,8 +41,10 @@ static int code_of(flx_status_t st)
 /* ---- mismatches ----------------------------------------------------------- */
 
 typedef enum {
-    MM_COUNT, MM_DTYPE, MM_KIND, MM_SKIP, MM_ALGO, MM_COUNT_HD, MM_ALGO_HD, MM_AGV_DTYPE
+    MM_COUNT, MM_DTYPE, MM_KIND, MM_SKIP, MM_ALGO, MM_COUNT_HD, MM_ALGO_HD, MM_AGV_DTYPE, MM_ROOT
 } mm_kind_t;
+
+
 
 static int body_mismatch(flx_comm_h comm, int rank, int size, void *arg)
 {
@@ -100,6 +102,13 @@ static int body_mismatch(flx_comm_h comm, int rank, int size, void *arg)
                                displs[i]);
         break;
     }
+    case MM_ROOT: /* rank 1 broadcasts as the root, the others take rank 0 */
+        st = flx_broadcast(comm, buf, 1000, FLX_FLOAT32, rank == 1 ? 1 : 0);
+        /* a rank whose part completed (a root sends only; a receiver may get
+         * rank 0's data before rank 1's) may return FLX_OK: its next call fails */
+        if (st == FLX_OK)
+            st = flx_barrier(comm);
+        break;
     }
     /* found by the mismatch check, not by FLX_TIMEOUT (20 s here) */
     if (flx_time_now() - t0 > 10.0)
@@ -127,6 +136,44 @@ START_TEST(test_mismatch)
     ck_assert_msg(mismatches >= 2, "kind %d: only %d ranks saw FLX_ERR_MISMATCH", kind,
                   mismatches);
     unsetenv("FLX_TIMEOUT");
+}
+END_TEST
+
+/* The mismatch line in words: 2 ranks, a recursive-doubling allreduce of
+ * 2000 floats on rank 0 and 1000 on rank 1.  Each sends its data before it
+ * can find anything wrong, so the one that finds the mismatch has the
+ * other's header: its line names both calls (exit 20: said). */
+static int body_mismatch_words(flx_comm_h comm, int rank, int size, void *arg)
+{
+    static float buf[2000];
+    char path[] = "/tmp/flx_mismatch_XXXXXX", want[160];
+    int saved, said;
+    flx_status_t st;
+
+    (void)size;
+    (void)arg;
+    snprintf(want, sizeof(want), "rank %d called allreduce (rd) of %d float, sum; this rank "
+             "allreduce (rd) of %d float, sum", 1 - rank, rank ? 2000 : 1000, rank ? 1000 : 2000);
+    saved = mp_capture_start(path);
+    st = flx_allreduce(comm, buf, buf, rank ? 1000 : 2000, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RD);
+    said = mp_capture_stop(saved, path, want);
+    if (!is_error(st))
+        return mp_fail(rank, "counts 2000 and 1000: %s", flx_status_string(st));
+    return said ? 20 : code_of(st);
+}
+
+START_TEST(test_mismatch_words)
+{
+    int codes[2];
+
+    setenv("FLX_TIMEOUT", "20s", 1);
+    mp_run(2, body_mismatch_words, NULL, 60, codes);
+    unsetenv("FLX_TIMEOUT");
+    for (int r = 0; r < 2; r++)
+        ck_assert_msg(codes[r] == 20 || codes[r] == 10 || codes[r] == 11, "rank %d exit %d", r,
+                      codes[r]);
+    ck_assert_msg(codes[0] == 20 || codes[1] == 20, "no rank's line named both calls "
+                  "(exit codes %d %d)", codes[0], codes[1]);
 }
 END_TEST
 
@@ -1526,7 +1573,8 @@ int main(void)
     int failed;
 
     tcase_set_timeout(tc, 120);
-    tcase_add_loop_test(tc, test_mismatch, MM_COUNT, MM_AGV_DTYPE + 1);
+    tcase_add_loop_test(tc, test_mismatch, MM_COUNT, MM_ROOT + 1);
+    tcase_add_test(tc, test_mismatch_words);
     tcase_add_test(tc, test_skipped_buffered);
     tcase_add_loop_test(tc, test_zero_count, 0, 24);
     suite_add_tcase(s, tc);

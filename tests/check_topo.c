@@ -1104,6 +1104,40 @@ START_TEST(test_lane_classes_interleaved)
 }
 END_TEST
 
+/* The mismatch line's words for a tag: each kind names what its op field
+ * holds; what no table knows stays a number. */
+START_TEST(test_tag_describe)
+{
+    static const struct {
+        tl_tag_t tag;
+        const char *want;
+    } cases[] = {
+        {{.kind = TL_KIND_BCAST << 3 | FLX_ALGO_TREE, .dtype = FLX_FLOAT32, .op = 2, .count = 1000},
+         "broadcast (tree) of 1000 float, root 2"},
+        {{.kind = TL_KIND_ALLREDUCE << 3 | FLX_ALGO_RING, .dtype = FLX_INT64, .op = FLX_MAX,
+          .count = 7}, "allreduce (ring) of 7 int64, max"},
+        {{.kind = TL_KIND_ALLGATHER << 3 | FLX_ALGO_RD, .dtype = FLX_BFLOAT16, .count = 0},
+         "allgather (rd) of 0 bfloat16"},
+        {{.kind = TL_KIND_ALLGATHERV << 3 | FLX_ALGO_RING, .dtype = FLX_FLOAT64, .op = 1,
+          .count = 9}, "allgatherv (ring) of 9 double, the blocks"},
+        {{.kind = TL_KIND_ARTOPK << 3 | FLX_ALGO_RING, .dtype = FLX_FLOAT32, .op = 3,
+          .count = 65}, "AR-Topk exchange (ring) of 65 float, leader 3"},
+        {{.kind = TL_KIND_REDUCE_SCATTER << 3 | FLX_ALGO_RING, .dtype = 99, .op = 77, .count = 4},
+         "reduce-scatter (ring) of 4 elements of an unknown type, op 77"},
+        {{.kind = 17 << 3 | 6, .dtype = FLX_INT32, .op = 5, .count = 1},
+         "kind 17 (invalid) of 1 int32, op 5"},
+    };
+    char buf[128];
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        tl_tag_describe(&cases[i].tag, buf, sizeof(buf));
+        ck_assert_str_eq(buf, cases[i].want);
+    }
+    tl_tag_describe(&cases[0].tag, buf, 12); /* cut, still a string */
+    ck_assert_str_eq(buf, "broadcast (");
+}
+END_TEST
+
 static Suite *topo_suite(void)
 {
     Suite *s = suite_create("topo");
@@ -1125,6 +1159,7 @@ static Suite *topo_suite(void)
     tcase_add_test(tc, test_binomial_structure);
     tcase_add_test(tc, test_rd_mapping);
     tcase_add_test(tc, test_pow2_log2_tables);
+    tcase_add_test(tc, test_tag_describe);
     suite_add_tcase(s, tc);
 
     tcase_set_timeout(tm, 30);

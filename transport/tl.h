@@ -16,7 +16,11 @@
  * matches the message with the same (seq, step) from that peer; the
  * signature (kind, dtype, count) must then agree too, or both requests fail
  * with FLX_ERR_MISMATCH.  Message lengths are checked against the posted
- * receive before any byte lands in the user's buffer.
+ * receive before any byte lands in the user's buffer.  Collectives run one
+ * at a time on a context, so a message of a collective older than the
+ * newest one a request was made for has outlived its collective here: the
+ * ranks' calls differed (a broadcast two ranks each took for their own
+ * root), and the newest collective fails with FLX_ERR_MISMATCH.
  */
 #ifndef FLX_TRANSPORT_TL_H
 #define FLX_TRANSPORT_TL_H
@@ -32,11 +36,33 @@
 typedef struct {
     uint32_t seq;    /* collective number on the communicator          */
     uint32_t step;   /* step (and chunk) inside the collective          */
-    uint8_t kind;    /* collective kind and algorithm (tl_kind)         */
+    uint8_t kind;    /* TL_KIND_* << 3 | the flx_algo_t                  */
     uint8_t dtype;   /* flx_dtype_t                                      */
-    uint16_t op;     /* flx_op_t or root                                 */
+    uint16_t op;     /* flx_op_t, or what the kind says (TL_KIND_*)     */
     uint64_t count;  /* the collective's element count                   */
 } tl_tag_t;
+
+/* Collective kinds on the wire, with what their op field holds. */
+enum {
+    TL_KIND_ALLREDUCE = 1,      /* op: flx_op_t                          */
+    TL_KIND_ALLGATHER = 2,      /* op: 0                                 */
+    TL_KIND_BCAST = 3,          /* op: the root                          */
+    TL_KIND_REDUCE_SCATTER = 4, /* op: flx_op_t                          */
+    TL_KIND_BARRIER = 5,        /* op: 0                                 */
+    TL_KIND_CALIBRATE = 6,      /* op: flx_op_t (the model's agreements) */
+    TL_KIND_ALLGATHERV = 24,    /* op: 0 the counts, 1 the blocks        */
+    TL_KIND_ARTOPK = 25,        /* op: the leader                        */
+};
+
+/* A tag's signature in words, for the log: "broadcast (tree) of 1000
+ * float32, root 2"; numbers where a field holds no known value. */
+void tl_tag_describe(const tl_tag_t *t, char *buf, size_t len);
+/* The backends' lines: a message whose signature differs from this rank's
+ * call (theirs: the message's, ours: the request's or the running
+ * collective's); a message of a collective this rank finished without
+ * receiving it (now: the collective that fails here). */
+void tl_log_mismatch(int rank, int peer, const tl_tag_t *theirs, const tl_tag_t *ours);
+void tl_log_stale(int rank, int peer, const tl_tag_t *theirs, uint32_t now);
 
 typedef struct tl_req {
     struct tl_req *next;     /* backend queue link                      */

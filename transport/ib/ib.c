@@ -479,30 +479,49 @@ static flx_status_t conn_flush(tl_ctx_t *ctx, ib_conn_t *c)
 
 /* ---- requests ------------------------------------------------------------------ */
 
+static tl_tag_t hdr_tag(const ib_hdr_t *h)
+{
+    return (tl_tag_t){.seq = h->seq, .step = h->step, .kind = h->kind, .dtype = h->dtype,
+                      .op = h->op, .count = h->count};
+}
+
 static flx_status_t mismatch(tl_ctx_t *ctx, ib_conn_t *c, const ib_hdr_t *h, const tl_tag_t *t)
 {
-    flx_error(NET, ctx->rank,
-              "collective #%u: rank %d called kind %u dtype %u op %u count %llu, "
-              "this rank kind %u dtype %u op %u count %llu",
-              t->seq, c->peer, h->kind, h->dtype, h->op, (unsigned long long)h->count, t->kind,
-              t->dtype, t->op, (unsigned long long)t->count);
+    tl_tag_t theirs = hdr_tag(h);
+
+    tl_log_mismatch(ctx->rank, c->peer, &theirs, t);
     ib_fail(ctx, FLX_ERR_MISMATCH, "mismatched collective");
+    return FLX_ERR_MISMATCH;
+}
+
+/* A message of a collective this rank has finished without receiving it
+ * (tl.h): the newest collective here fails. */
+static flx_status_t stale(tl_ctx_t *ctx, ib_conn_t *c, const ib_hdr_t *h)
+{
+    tl_tag_t theirs = hdr_tag(h);
+
+    tl_log_stale(ctx->rank, c->peer, &theirs, ctx->cur.tag.seq);
+    ib_fail(ctx, FLX_ERR_MISMATCH, "message of a finished collective");
     return FLX_ERR_MISMATCH;
 }
 
 /* A request of collective tag->seq.  When it is a new one, the messages
  * and CTSs of it that came early from any peer must carry its signature (a
  * rank that called another collective or count may send nothing this rank
- * receives from it, a count-0 call's barrier for one). */
+ * receives from it, a count-0 call's barrier for one), and no message of
+ * an earlier one may be left. */
 static flx_status_t note_collective(tl_ctx_t *ctx, const tl_tag_t *tag)
 {
     if (!tl_cur_note(&ctx->cur, tag))
         return FLX_OK;
     for (int p = 0; p < ctx->size; p++) {
         ib_conn_t *c = &ctx->conns[p];
-        for (ib_unexp_t *u = c->unexp_head; u; u = u->next)
+        for (ib_unexp_t *u = c->unexp_head; u; u = u->next) {
+            if (!seq_ge(u->hdr.seq, tag->seq))
+                return stale(ctx, c, &u->hdr);
             if (u->hdr.seq == tag->seq && !hdr_sig_equal(&u->hdr, tag))
                 return mismatch(ctx, c, &u->hdr, tag);
+        }
         for (ib_cts_t *t = c->cts_head; t; t = t->next)
             if (t->hdr.seq == tag->seq && !hdr_sig_equal(&t->hdr, tag))
                 return mismatch(ctx, c, &t->hdr, tag);
@@ -726,6 +745,8 @@ static flx_status_t handle_data_hdr(tl_ctx_t *ctx, ib_conn_t *c, const ib_hdr_t 
         ib_fail(ctx, FLX_ERR_MISMATCH, "skipped collective");
         return FLX_ERR_MISMATCH;
     }
+    if (ctx->cur.set && !seq_ge(h->seq, ctx->cur.tag.seq)) /* its collective is over here */
+        return stale(ctx, c, h);
     if (early_sig_check(ctx, c, h) != FLX_OK)
         return FLX_ERR_MISMATCH;
     if (h->len > ctx->eager_max && !is_rts)
@@ -761,6 +782,8 @@ static flx_status_t handle_cts(tl_ctx_t *ctx, ib_conn_t *c, const ib_hdr_t *h)
             if (r->tag.seq == h->seq && r->tag.step == h->step &&
                 (r->priv[RQ_FLAGS] & (F_LARGE | F_HAVE_CTS)) == F_LARGE)
                 return cts_attach(ctx, c, r, h);
+    if (ctx->cur.set && !seq_ge(h->seq, ctx->cur.tag.seq)) /* its collective is over here */
+        return stale(ctx, c, h);
     if (early_sig_check(ctx, c, h) != FLX_OK)
         return FLX_ERR_MISMATCH;
     cts = calloc(1, sizeof(*cts));

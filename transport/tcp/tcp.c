@@ -403,33 +403,60 @@ static flx_status_t tcp_isend(tl_ctx_t *ctx, int peer, const tl_tag_t *tag, cons
 
 /* ---- receiving ------------------------------------------------------------ */
 
+static tl_tag_t hdr_tag(const tcp_hdr_t *h)
+{
+    return (tl_tag_t){.seq = h->seq, .step = h->step, .kind = h->kind, .dtype = h->dtype,
+                      .op = h->op, .count = h->count};
+}
+
 static flx_status_t mismatch(tl_ctx_t *ctx, tcp_conn_t *c, const tcp_hdr_t *h,
                              const tl_tag_t *t)
 {
-    flx_error(NET, ctx->rank,
-              "collective #%u: rank %d called kind %u dtype %u op %u count %llu, "
-              "this rank kind %u dtype %u op %u count %llu",
-              t->seq, c->peer, h->kind, h->dtype, h->op, (unsigned long long)h->count,
-              t->kind, t->dtype, t->op, (unsigned long long)t->count);
+    tl_tag_t theirs = hdr_tag(h);
+
+    tl_log_mismatch(ctx->rank, c->peer, &theirs, t);
     tcp_fail(ctx, FLX_ERR_MISMATCH, "mismatched collective");
     return FLX_ERR_MISMATCH;
 }
 
+/* A message of a collective this rank has finished without receiving it:
+ * the ranks' calls differed where no signature shows it (a broadcast that
+ * two ranks each took for their own root: each sends, and the ranks whose
+ * part came from the other root finish).  Collectives run one at a time on
+ * a communicator, so a message older than the newest collective here was
+ * left over by an earlier one; this rank returned FLX_OK from that one, and
+ * this one fails (tl.h). */
+static flx_status_t stale(tl_ctx_t *ctx, tcp_conn_t *c, const tcp_hdr_t *h)
+{
+    tl_tag_t theirs = hdr_tag(h);
+
+    tl_log_stale(ctx->rank, c->peer, &theirs, ctx->cur.tag.seq);
+    tcp_fail(ctx, FLX_ERR_MISMATCH, "message of a finished collective");
+    return FLX_ERR_MISMATCH;
+}
+
+
 /* A request of collective tag->seq.  When it is a new one, the messages of
  * it that came early from any peer must carry its signature (a rank that
  * called another collective or count may send nothing this rank receives
- * from it, a count-0 call's barrier for one). */
+ * from it, a count-0 call's barrier for one), and none of an earlier one
+ * may be left. */
 static flx_status_t note_collective(tl_ctx_t *ctx, const tl_tag_t *tag)
 {
     if (!tl_cur_note(&ctx->cur, tag))
         return FLX_OK;
     for (int p = 0; p < ctx->size; p++) {
         tcp_conn_t *c = &ctx->conns[p];
+        if (c->parked && !seq_ge(c->rhdr.seq, tag->seq))
+            return stale(ctx, c, &c->rhdr);
         if (c->parked && tcp_hdr_match(&c->rhdr, tag, 0) == FLX_ERR_MISMATCH)
             return mismatch(ctx, c, &c->rhdr, tag);
-        for (tcp_unexp_t *u = c->unexp_head; u; u = u->next)
+        for (tcp_unexp_t *u = c->unexp_head; u; u = u->next) {
+            if (!u->claimed && !seq_ge(u->hdr.seq, tag->seq))
+                return stale(ctx, c, &u->hdr);
             if (tcp_hdr_match(&u->hdr, tag, 0) == FLX_ERR_MISMATCH)
                 return mismatch(ctx, c, &u->hdr, tag);
+        }
     }
     return FLX_OK;
 }
@@ -631,6 +658,11 @@ static int conn_route_data(tl_ctx_t *ctx, tcp_conn_t *c, int may_park)
     }
     if (c->posted_head && (int32_t)(h->seq - c->posted_head->tag.seq) > 0) {
         skipped(ctx, c, h->seq, c->posted_head->tag.seq);
+        return -1;
+    }
+    /* no receive of it posted, and its collective is over here */
+    if (ctx->cur.set && !seq_ge(h->seq, ctx->cur.tag.seq)) {
+        stale(ctx, c, h);
         return -1;
     }
     /* early, but of the collective running here: it must be the same call */
