@@ -15,7 +15,7 @@ targets=${FUZZ_TARGETS:-fuzz_boot fuzz_tcp_hdr fuzz_config}
 flags="-g -O1 -Wall -Wextra -Wno-unused-parameter -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 core="common/status.c common/log.c common/config.c common/time.c transport/sock.c
       transport/auth.c transport/boot.c transport/boot_msg.c transport/tcp/tcp.c transport/tcp/hdr.c
-      transport/tcp/lane.c"
+      transport/tcp/lane.c transport/tl.c common/dtype.c"
 out=$build/tests/fuzz
 
 if ! command -v "$cc" >/dev/null 2>&1; then
