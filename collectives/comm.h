@@ -120,8 +120,9 @@ flx_status_t coll_send(flx_comm_h comm, int peer, uint32_t step, const void *buf
                        size_t len, tl_req_t *req);
 flx_status_t coll_recv(flx_comm_h comm, int peer, uint32_t step, void *buf, size_t len,
                        tl_req_t *req);
-/* Wait for one request / all n; FLX_ERR_TIMED_OUT when nothing arrives for
- * FLX_TIMEOUT (logged with the collective, its number and the peer). */
+/* Wait for one request / all n; FLX_ERR_TIMED_OUT when the awaited message
+ * moves no byte for FLX_TIMEOUT (logged with the collective, its number and
+ * the peer): a long message that keeps arriving does not time out. */
 flx_status_t coll_wait(flx_comm_h comm, tl_req_t *req);
 flx_status_t coll_waitall(flx_comm_h comm, tl_req_t *reqs, size_t n);
 /* How long one wait has waited, for FLX_TIMEOUT.  A gap longer than
@@ -131,8 +132,9 @@ flx_status_t coll_waitall(flx_comm_h comm, tl_req_t *reqs, size_t n);
  * a rank does not time out on a peer that resumed a moment after it.  A
  * peer stopped alone still times out: the waiting rank's clock has no gap. */
 typedef struct {
-    double since; /* when the wait began (or last moved), shifted by every gap */
+    double since; /* when the wait began or its message last moved, shifted by every gap */
     double last;  /* the last progress round */
+    size_t seen;  /* the awaited request's done_bytes then */
 } coll_clock_t;
 
 void coll_clock_start(coll_clock_t *clk);

@@ -71,6 +71,7 @@ uint64_t coll_stalled_us(flx_comm_h comm)
 void coll_clock_start(coll_clock_t *clk)
 {
     clk->since = clk->last = flx_time_coarse();
+    clk->seen = 0;
 }
 
 flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, coll_clock_t *clk)
@@ -90,6 +91,10 @@ flx_status_t coll_progress(flx_comm_h comm, tl_req_t *waiting, coll_clock_t *clk
                            __ATOMIC_RELAXED);
     }
     clk->last = now;
+    if (waiting && waiting->done_bytes != clk->seen) { /* bytes moved: not stuck */
+        clk->seen = waiting->done_bytes;
+        clk->since = now;
+    }
     if (waiting && !waiting->complete && now - clk->since > comm->cfg.timeout_s) {
         flx_error(COLL, comm->rank,
                   "%s #%u timed out after %.1f s waiting to %s rank %d (step %u)",

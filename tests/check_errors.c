@@ -1457,8 +1457,9 @@ static int body_test_vs_wait(flx_comm_h comm, int rank, int size, void *arg)
 
         for (int i = 0; i < 64; i++)
             x[i] = (float)(rank + i);
-        if (rank == 1)
-            usleep(20000);
+        if (rank == 1) /* late enough that rank 0's wait claims first on a loaded machine
+                        * (20 ms was not, with a second test suite running beside) */
+            usleep(100000);
         if (flx_iallreduce(comm, x, x, 64, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO, &t.req) != FLX_OK)
             return mp_fail(rank, "iallreduce %d failed", it);
         if (rank == 0) {

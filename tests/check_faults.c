@@ -874,6 +874,49 @@ START_TEST(test_cut_message)
 }
 END_TEST
 
+/* FLX_TIMEOUT is for a message that stops, not for one that takes long:
+ * one 768 MiB message (FLX_CHUNK_SIZE 1g) under FLX_TIMEOUT 150 ms takes
+ * 0.4-1.8 s on loopback and must arrive whole (the wait's clock starts
+ * again whenever bytes move; before, both ranks timed out after 0.15 s). */
+static int raw_long_message(int rank, int size, const char *root, void *arg)
+{
+    const size_t n = (size_t)192 << 20;
+    float *buf = malloc(n * sizeof(float));
+    flx_comm_h comm;
+    flx_status_t st;
+    double t0;
+
+    (void)arg;
+    if (buf == NULL)
+        return mp_fail(rank, "out of memory");
+    /* filled first: the ranks meet in the creation, not 150 ms apart */
+    for (size_t i = 0; i < n; i++)
+        buf[i] = rank == 0 ? (float)(i % 1000) : -1.0f;
+    if (mp_comm_create(rank, size, root, &comm) != FLX_OK)
+        return mp_fail(rank, "create");
+    t0 = flx_time_now();
+    st = flx_broadcast(comm, buf, n, FLX_FLOAT32, 0);
+    if (st != FLX_OK)
+        return mp_fail(rank, "a %zu MiB broadcast under FLX_TIMEOUT 150 ms: %s after %.3f s",
+                       n * sizeof(float) >> 20, flx_status_name(st), flx_time_now() - t0);
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] != (float)(i % 1000))
+            return mp_fail(rank, "element %zu is %g", i, buf[i]);
+    printf("rank %d: the %zu MiB message took %.3f s under FLX_TIMEOUT 150 ms\n", rank,
+           n * sizeof(float) >> 20, flx_time_now() - t0);
+    flx_comm_destroy(comm);
+    free(buf);
+    return 0;
+}
+
+START_TEST(test_long_message)
+{
+    setenv("FLX_CHUNK_SIZE", "1g", 1);
+    run_fault(2, raw_long_message, NULL, "150ms", 60);
+    unsetenv("FLX_CHUNK_SIZE");
+}
+END_TEST
+
 /* one case per test, so that CK_RUN_CASE=kill (for example) runs one */
 static TCase *fault_case(Suite *s, const char *name)
 {
@@ -894,6 +937,7 @@ int main(void)
     tcase_add_loop_test(fault_case(s, "abort"), test_abort, 0, 4);
     tcase_add_loop_test(fault_case(s, "abort_late"), test_abort_late, 0, 3);
     tcase_add_test(fault_case(s, "cut_message"), test_cut_message);
+    tcase_add_test(fault_case(s, "long_message"), test_long_message);
     tcase_add_test(fault_case(s, "abort_after_failure"), test_abort_after_failure);
     tcase_add_test(fault_case(s, "async_error"), test_async_error);
     tcase_add_test(fault_case(s, "send_to_failed"), test_send_to_failed);

@@ -71,7 +71,9 @@ typedef struct tl_req {
     tl_tag_t tag;
     void *buf;
     size_t len;
-    size_t done_bytes;       /* progress of the backend                 */
+    size_t done_bytes;       /* progress of the backend (a receive that
+                                took an early message: its bytes so far);
+                                FLX_TIMEOUT counts while it stands still */
     volatile int complete;   /* set when finished (status is final)     */
     flx_status_t status;
     uint64_t priv[7];        /* backend scratch (e.g. the wire header)  */

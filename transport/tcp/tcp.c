@@ -791,10 +791,13 @@ static void conn_payload_bytes(tcp_conn_t *c, size_t n)
 {
     size_t got;
 
-    if (c->rreq)
+    if (c->rreq) {
         got = c->rreq->done_bytes += n;
-    else
+    } else {
         got = c->runexp->got += n;
+        if (c->runexp->claimed) /* its receive sees it move (FLX_TIMEOUT) */
+            c->runexp->claimed->done_bytes = got;
+    }
     if (got == c->rhdr.len)
         conn_payload_done(c);
 }
