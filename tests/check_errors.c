@@ -1429,7 +1429,7 @@ END_TEST
  * wait waits (before, it was refused as "waited for in another thread"
  * whenever it met a test's brief claim: 53 times in 80 tries), and the
  * tester, once the wait holds the request, is refused with one line and
- * stops.  Rank 1 comes 20 ms late, so the request is pending throughout. */
+ * stops.  Rank 1 comes 100 ms late, so the request is pending throughout. */
 typedef struct {
     flx_request_h req;
     int stop;
@@ -1448,6 +1448,8 @@ static void *tester(void *arg)
 
 static int body_test_vs_wait(flx_comm_h comm, int rank, int size, void *arg)
 {
+    int ended_by_test = 0;
+
     (void)arg;
     for (int it = 0; it < 20; it++) {
         float x[64];
@@ -1471,13 +1473,19 @@ static int body_test_vs_wait(flx_comm_h comm, int rank, int size, void *arg)
             __atomic_store_n(&t.stop, 1, __ATOMIC_RELEASE);
             pthread_join(th, NULL);
         }
-        if (st != FLX_OK)
+        /* on a loaded machine the tester may still end the request before the
+         * wait looks (the header: the wait is then refused as no longer pending) */
+        if (st == FLX_ERR_INVALID_ARG && rank == 0 && t.last == FLX_OK)
+            ended_by_test++;
+        else if (st != FLX_OK)
             return mp_fail(rank, "try %d: flx_wait with a tester beside it: %s (tester: %s)", it,
                            flx_status_name(st), flx_status_name(t.last));
         for (int i = 0; i < 64; i++)
             if (x[i] != (float)(size * (size - 1) / 2 + size * i))
                 return mp_fail(rank, "try %d: element %d is %g", it, i, x[i]);
     }
+    if (ended_by_test > 2) /* the wait must have met the test most of the time */
+        return mp_fail(rank, "the tester ended %d of 20 requests before the wait", ended_by_test);
     return 0;
 }
 
