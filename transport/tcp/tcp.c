@@ -435,7 +435,6 @@ static flx_status_t stale(tl_ctx_t *ctx, tcp_conn_t *c, const tcp_hdr_t *h)
     return FLX_ERR_MISMATCH;
 }
 
-
 /* A request of collective tag->seq.  When it is a new one, the messages of
  * it that came early from any peer must carry its signature (a rank that
  * called another collective or count may send nothing this rank receives
