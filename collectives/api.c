@@ -284,33 +284,33 @@ flx_status_t comm_run_allgather(flx_comm_h comm, const void *sendbuf, void *recv
     return model_observe(comm, COLL_ALLGATHER, algo, (double)bpr, flx_time_now() - t0);
 }
 
-flx_status_t flx_allreduce_check(flx_comm_h comm, const void *sendbuf, void *recvbuf,
-                                    size_t count, flx_dtype_t dtype, flx_op_t op,
-                                    flx_algo_t algo)
+flx_status_t flx_allreduce_check(const char *fn, flx_comm_h comm, const void *sendbuf,
+                                 void *recvbuf, size_t count, flx_dtype_t dtype, flx_op_t op,
+                                 flx_algo_t algo)
 {
-    flx_status_t st = check_common(comm, "flx_allreduce", count, dtype, 1);
+    flx_status_t st = check_common(comm, fn, count, dtype, 1);
     size_t bytes;
 
     if (st != FLX_OK)
         return st;
     bytes = count * flx_dtype_size(dtype);
-    if (!arg_ok(flx_op_valid(op), comm, "flx_allreduce: invalid op %d", (int)op))
+    if (!arg_ok(flx_op_valid(op), comm, "%s: invalid op %d", fn, (int)op))
         return FLX_ERR_INVALID_ARG;
-    if (!arg_ok((unsigned)algo < FLX_ALGO_COUNT, comm, "flx_allreduce: invalid algo %d", (int)algo))
+    if (!arg_ok((unsigned)algo < FLX_ALGO_COUNT, comm, "%s: invalid algo %d", fn, (int)algo))
         return FLX_ERR_INVALID_ARG;
     if (!arg_ok(count == 0 || (sendbuf && recvbuf), comm,
-              "flx_allreduce: NULL buffer with count %zu", count))
+              "%s: NULL buffer with count %zu", fn, count))
         return FLX_ERR_INVALID_ARG;
     if (!arg_ok(sendbuf == recvbuf || !ranges_overlap(sendbuf, bytes, recvbuf, bytes), comm,
-              "flx_allreduce: send and receive buffers overlap without being the same"))
+              "%s: send and receive buffers overlap without being the same", fn))
         return FLX_ERR_INVALID_ARG;
     return FLX_OK;
 }
 
-flx_status_t flx_allgather_check(flx_comm_h comm, const void *sendbuf, void *recvbuf,
-                                    size_t count, flx_dtype_t dtype, flx_algo_t algo)
+flx_status_t flx_allgather_check(const char *fn, flx_comm_h comm, const void *sendbuf,
+                                 void *recvbuf, size_t count, flx_dtype_t dtype, flx_algo_t algo)
 {
-    flx_status_t st = check_common(comm, "flx_allgather", count, dtype, comm ? (size_t)comm->size : 1);
+    flx_status_t st = check_common(comm, fn, count, dtype, comm ? (size_t)comm->size : 1);
     size_t bpr;
     const char *mine;
 
@@ -318,15 +318,15 @@ flx_status_t flx_allgather_check(flx_comm_h comm, const void *sendbuf, void *rec
         return st;
     bpr = count * flx_dtype_size(dtype);
     mine = (const char *)recvbuf + (size_t)comm->rank * bpr;
-    if (!arg_ok((unsigned)algo < FLX_ALGO_COUNT, comm, "flx_allgather: invalid algo %d", (int)algo))
+    if (!arg_ok((unsigned)algo < FLX_ALGO_COUNT, comm, "%s: invalid algo %d", fn, (int)algo))
         return FLX_ERR_INVALID_ARG;
     if (!arg_ok(count == 0 || (sendbuf && recvbuf), comm,
-              "flx_allgather: NULL buffer with count %zu", count))
+              "%s: NULL buffer with count %zu", fn, count))
         return FLX_ERR_INVALID_ARG;
     if (!arg_ok(sendbuf == mine ||
                   !ranges_overlap(sendbuf, bpr, recvbuf, bpr * (size_t)comm->size),
-              comm, "flx_allgather: sendbuf overlaps recvbuf but is not its block %d",
-              comm->rank))
+              comm, "%s: sendbuf overlaps recvbuf but is not its block %d",
+              fn, comm->rank))
         return FLX_ERR_INVALID_ARG;
     return FLX_OK;
 }
@@ -334,7 +334,7 @@ flx_status_t flx_allgather_check(flx_comm_h comm, const void *sendbuf, void *rec
 flx_status_t flx_allreduce(flx_comm_h comm, const void *sendbuf, void *recvbuf, size_t count,
                            flx_dtype_t dtype, flx_op_t op, flx_algo_t algo)
 {
-    flx_status_t st = flx_allreduce_check(comm, sendbuf, recvbuf, count, dtype, op, algo);
+    flx_status_t st = flx_allreduce_check("flx_allreduce", comm, sendbuf, recvbuf, count, dtype, op, algo);
 
     if (st != FLX_OK || (st = comm_enter(comm)) != FLX_OK)
         return st;
@@ -344,7 +344,7 @@ flx_status_t flx_allreduce(flx_comm_h comm, const void *sendbuf, void *recvbuf, 
 flx_status_t flx_allgather(flx_comm_h comm, const void *sendbuf, void *recvbuf, size_t count,
                            flx_dtype_t dtype, flx_algo_t algo)
 {
-    flx_status_t st = flx_allgather_check(comm, sendbuf, recvbuf, count, dtype, algo);
+    flx_status_t st = flx_allgather_check("flx_allgather", comm, sendbuf, recvbuf, count, dtype, algo);
 
     if (st != FLX_OK || (st = comm_enter(comm)) != FLX_OK)
         return st;

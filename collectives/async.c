@@ -173,7 +173,7 @@ flx_status_t flx_iallreduce(flx_comm_h comm, const void *sendbuf, void *recvbuf,
         return FLX_ERR_INVALID_ARG;
     }
     /* same checks as the blocking call, without running it */
-    st = flx_allreduce_check(comm, sendbuf, recvbuf, count, dtype, op, algo);
+    st = flx_allreduce_check("flx_iallreduce", comm, sendbuf, recvbuf, count, dtype, op, algo);
     if (st != FLX_OK)
         return st;
     req = calloc(1, sizeof(*req));
@@ -196,7 +196,7 @@ flx_status_t flx_iallgather(flx_comm_h comm, const void *sendbuf, void *recvbuf,
         flx_error(COLL, comm ? comm->rank : -1, "flx_iallgather: req_p is NULL");
         return FLX_ERR_INVALID_ARG;
     }
-    st = flx_allgather_check(comm, sendbuf, recvbuf, count, dtype, algo);
+    st = flx_allgather_check("flx_iallgather", comm, sendbuf, recvbuf, count, dtype, algo);
     if (st != FLX_OK)
         return st;
     req = calloc(1, sizeof(*req));

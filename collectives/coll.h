@@ -131,11 +131,13 @@ double model_spike_filter(double hist[2], double x);
  * (a collective: every rank calls it at the same point).  Exec held. */
 flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double bytes, double t);
 
-/* api.c / async.c internals shared by the blocking and non-blocking calls */
-flx_status_t flx_allreduce_check(flx_comm_h comm, const void *sendbuf, void *recvbuf,
-                                 size_t count, flx_dtype_t dtype, flx_op_t op, flx_algo_t algo);
-flx_status_t flx_allgather_check(flx_comm_h comm, const void *sendbuf, void *recvbuf,
-                                 size_t count, flx_dtype_t dtype, flx_algo_t algo);
+/* api.c / async.c internals shared by the blocking and non-blocking calls
+ * (fn: the public function the lines name) */
+flx_status_t flx_allreduce_check(const char *fn, flx_comm_h comm, const void *sendbuf,
+                                 void *recvbuf, size_t count, flx_dtype_t dtype, flx_op_t op,
+                                 flx_algo_t algo);
+flx_status_t flx_allgather_check(const char *fn, flx_comm_h comm, const void *sendbuf,
+                                 void *recvbuf, size_t count, flx_dtype_t dtype, flx_algo_t algo);
 /* Wait until this rank's non-blocking requests have run.  The live model
  * changes only inside collectives, which run in the same order on every
  * rank: after this, a rank reads the model every rank reads at the same

@@ -54,6 +54,10 @@
 #define CTL_PROBE_WINDOW 0.5  /* ... and is tried once if this close      */
 #define CTL_GAIN_EVERY 10     /* steps between combined-gain measurements */
 #define CTL_MAX_CANDS (2 + 2 * FLX_CTL_MAX_FRACTIONS)
+/* the largest compute time a step may report: 11.6 days.  The agreement
+ * sums the ranks' values; 1e308 on two ranks overflowed to Inf, the EWMA
+ * stayed Inf and every score NaN, and the choice stuck on candidate 0 */
+#define CTL_MAX_COMPUTE_S 1e6
 /* flex's floor under a compressed candidate's gain (combined x per rank).
  * On 4 Fashion-MNIST ranks flex's decision logs gave AR-Topk 0.033 and the
  * allgather at 0.011 gains of 0.22-0.39, AR-Topk 0.1 0.50-0.57 and the
@@ -233,6 +237,14 @@ static flx_status_t ctl_opts(const flx_ctl_opts_t *in, size_t n, int rank, flx_c
     if (sum != n)
         CTL_BAD("segments sum to %zu, not n = %zu", sum, n);
 #undef CTL_BAD
+    if (o->mode == FLX_CTL_ACCORDION) {
+        /* Accordion runs at two kept fractions only: the statistics measure
+         * the gain at those (a kept fraction of 1 is dense, gain 1) */
+        o->nfractions = 1;
+        o->fractions[0] = o->critical_kept;
+        if (o->low_kept != o->critical_kept)
+            o->fractions[o->nfractions++] = o->low_kept;
+    }
     return FLX_OK;
 }
 
@@ -510,11 +522,10 @@ static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double selec
     model_learn(&h->alpha, &h->inv_bw[c], comm_s, a, b, model_dominant(a, b, h->alpha, h->inv_bw[c]),
                 h->last_probe ? 1.0 : CTL_LAMBDA, lo, hi, NULL);
     /* the link is shared: the seconds per byte it added or took away count
-     * for the others too, and each keeps its own software overhead per byte
-     * (a sparse collective is CPU-bound sooner) */
-    for (int o = 0; o < CTL_COLL_COUNT && !h->last_probe; o++)
-        if (o != (int)c)
-            h->inv_bw[o] = FLX_MIN(hi[1], FLX_MAX(lo[1], h->inv_bw[o] + h->inv_bw[c] - before));
+     * for the other collective of the family too, and each keeps its own
+     * software overhead per byte (a sparse collective is CPU-bound sooner) */
+    if (!h->last_probe)
+        ctl_share_change(h->inv_bw, c, before, lo[1], hi[1]);
     h->seen[c] = h->step; /* the step that ran it, + 1 */
     if (c == CTL_ARTOPK || c == CTL_TOPK_AG) {
         h->select_s[c] = ctl_select_update(h->select_s[c], h->select_hist[c],
@@ -580,12 +591,12 @@ static int ctl_decide(flx_ctl_h h, ctl_cand_t *cand, int *ncand_p, double *pred_
     switch (h->o.mode) {
     case FLX_CTL_ACCORDION: {
         double kept = h->critical ? h->o.critical_kept : h->o.low_kept;
-        int near = 0;
 
-        for (int f = 1; f < nf; f++) /* the nearest fraction's estimate */
-            if (fabs(log(h->o.fractions[f] / kept)) < fabs(log(h->o.fractions[near] / kept)))
-                near = f;
-        ctl_candidate(h, &cand[n], CTL_ARTOPK, kept, gains[near]);
+        *ncand_p = n;
+        if (kept >= 1) /* all of it: a dense allreduce, the faster one */
+            return cand[1].time_s < cand[0].time_s;
+        /* (the menu holds kept: ctl_opts) */
+        ctl_candidate(h, &cand[n], CTL_ARTOPK, kept, gains[ctl_frac_index(h, kept)]);
         cand[n].score = 0;
         *ncand_p = n + 1;
         return n;
@@ -837,10 +848,14 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
     uint64_t stalled0, watch0;
     flx_status_t st = FLX_OK;
 
-    if (h == NULL || grad == NULL || !(compute_s >= 0) || !isfinite(compute_s)) {
+    if (h == NULL || grad == NULL) {
         flx_error(CTRL, h ? h->rank : -1, "flx_ctl_step: %s",
-                  h == NULL ? "NULL handle" : grad == NULL ? "NULL gradient"
-                                                           : "compute time is not finite and >= 0");
+                  h == NULL ? "NULL handle" : "NULL gradient");
+        return FLX_ERR_INVALID_ARG;
+    }
+    if (!(compute_s >= 0 && compute_s <= CTL_MAX_COMPUTE_S)) {
+        flx_error(CTRL, h->rank, "flx_ctl_step %llu: compute time %g s is not in [0, %g] s",
+                  (unsigned long long)h->step, compute_s, CTL_MAX_COMPUTE_S);
         return FLX_ERR_INVALID_ARG;
     }
     memset(&r, 0, sizeof(r));

@@ -36,6 +36,19 @@ typedef struct {
  * DESIGN.md's formulas (compress/model.c for the sparse ones). */
 void ctl_coll_terms(ctl_coll_t coll, int N, double m, double c, double *a_p, double *b_p);
 
+/* The live model's 1/B per collective: collective c's went from before to
+ * inv_bw[c].  The change is the link's, in part, so it moves the other
+ * collective of c's family (dense: ring and tree; sparse: AR-Topk and the
+ * allgather) by the same seconds per byte, by no larger a ratio than c's
+ * own, within [lo, hi].  Not the other family: a sparse sync sends about
+ * 1/(2c) fewer bytes than a dense one, so its noise (skew, the selection
+ * pipeline's CPU) per byte, added to dense's, made dense 10-20x too slow
+ * (0.1-0.29 s predicted against 0.04 s on 2 ranks) and flex never tried
+ * it again.  A family whose estimate is stale is only optimistic or
+ * pessimistic by its own history, and ctl_probe measures it again. */
+void ctl_share_change(double inv_bw[CTL_COLL_COUNT], ctl_coll_t c, double before, double lo,
+                      double hi);
+
 /* Histogram of |x| in 1/8-octave bins, for the gain of every kept
  * fraction at once from one pass over a sample. */
 #define CTL_HIST_BINS 512
@@ -55,7 +68,10 @@ double ctl_hist_gain(const ctl_hist_t *h, double c);
 
 /* Accordion's test on per-layer norms of the gradient accumulated over an
  * interval: the parameter-weighted mean over layers of |prev - cur| / prev
- * is >= eta.  Layers with prev = 0 count as changed (ratio 1). */
+ * is >= eta.  A layer with prev = 0 counts as changed (ratio 1) if its
+ * cur is not 0, as unchanged (0) if it is 0 too: a layer that gets no
+ * gradient (frozen, or unused by the data) must not keep the regime
+ * critical for good. */
 int ctl_critical(const double *prev, const double *cur, const size_t *len, int nseg,
                  double eta, double *change_p);
 

@@ -95,13 +95,34 @@ double ctl_hist_gain(const ctl_hist_t *h, double c)
     return sqrt(FLX_MIN(1.0, energy / h->total_energy));
 }
 
+/* dense (ring, tree) or sparse (AR-Topk, the allgather) */
+static int ctl_sparse(int coll) { return coll == CTL_ARTOPK || coll == CTL_TOPK_AG; }
+
+void ctl_share_change(double inv_bw[CTL_COLL_COUNT], ctl_coll_t c, double before, double lo,
+                      double hi)
+{
+    double delta = inv_bw[c] - before;
+
+    for (int o = 0; o < CTL_COLL_COUNT; o++) {
+        double d = delta, cap;
+
+        if (o == (int)c || ctl_sparse(o) != ctl_sparse(c))
+            continue;
+        if (before > 0) { /* no larger a ratio than c's own */
+            cap = fabs(delta) / before * inv_bw[o];
+            d = delta > 0 ? FLX_MIN(d, cap) : FLX_MAX(d, -cap);
+        }
+        inv_bw[o] = FLX_MIN(hi, FLX_MAX(lo, inv_bw[o] + d));
+    }
+}
+
 int ctl_critical(const double *prev, const double *cur, const size_t *len, int nseg,
                  double eta, double *change_p)
 {
     double sum = 0, weight = 0;
 
     for (int s = 0; s < nseg; s++) {
-        double r = prev[s] > 0 ? fabs(prev[s] - cur[s]) / prev[s] : 1.0;
+        double r = prev[s] > 0 ? fabs(prev[s] - cur[s]) / prev[s] : cur[s] > 0 ? 1.0 : 0.0;
 
         sum += (double)len[s] * r;
         weight += (double)len[s];

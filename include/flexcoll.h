@@ -530,7 +530,8 @@ typedef struct flx_ctl *flx_ctl_h;
  *       min_gain (0.45); in the critical regime no kept fraction below
  *       low_kept.
  * ACCORDION: AR-Topk at critical_kept in the critical regime, low_kept
- *       otherwise.
+ *       otherwise (a kept fraction of 1: a dense allreduce, ring or tree,
+ *       whichever is predicted faster); fractions is not used.
  * GRAVAC: AR-Topk at the fraction with the largest gain / time among those
  *       whose gain is >= min_gain (dense when none). */
 typedef enum { FLX_CTL_FLEX = 0, FLX_CTL_ACCORDION, FLX_CTL_GRAVAC } flx_ctl_mode_t;
@@ -614,7 +615,7 @@ FLX_API flx_status_t flx_ctl_create(flx_comm_h comm, size_t n, const flx_ctl_opt
  * A NaN or Inf in any rank's gradient, or a sum that overflows: every rank
  * returns FLX_ERR_INVALID_ARG (as flx_gsync_step; a dense step, as NONE), the
  * residuals stay, and the next step's statistics do not see it.
- * compute_s must be finite and >= 0 (else FLX_ERR_INVALID_ARG, local).
+ * compute_s must be in [0, 1e6] seconds (else FLX_ERR_INVALID_ARG, local).
  * report_p may be NULL. */
 FLX_API flx_status_t flx_ctl_step(flx_ctl_h h, float *grad_in_out, double compute_s,
                                   flx_ctl_report_t *report_p);

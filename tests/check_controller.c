@@ -102,6 +102,49 @@ START_TEST(test_critical)
     prev[1] = 0; /* a layer that was zero counts as changed */
     ck_assert_int_eq(ctl_critical(prev, cur, len, 2, 0.5, &change), 1);
     ck_assert_double_eq_tol(change, 0.7, 1e-12);
+    /* a layer that stays zero (no gradient reaches it) is unchanged: with
+     * half the parameters in it, the rest's 0.6 is 0.3 over the model */
+    prev[1] = cur[1] = 0;
+    len[1] = 3;
+    ck_assert_int_eq(ctl_critical(prev, cur, len, 2, 0.5, &change), 0);
+    ck_assert_double_eq_tol(change, 0.3, 1e-12);
+}
+END_TEST
+
+/* A change of one collective's 1/B moves the other of its family, never
+ * the other family: a sparse sync's noise, per byte, priced dense 10-20x
+ * too dear (0.1-0.29 s where its steps took 0.04 s) */
+START_TEST(test_share_change)
+{
+    double v[CTL_COLL_COUNT] = {1e-9, 1e-9, 4e-9, 0.5e-9};
+
+    /* AR-Topk's 1/B went from 1e-9 to 4e-9: the allgather's by 3e-9 s/B
+     * would be 7x; capped at AR-Topk's own 4x.  Dense stays. */
+    ctl_share_change(v, CTL_ARTOPK, 1e-9, 1e-12, 1.0);
+    ck_assert_double_eq(v[CTL_DENSE_RING], 1e-9);
+    ck_assert_double_eq(v[CTL_DENSE_TREE], 1e-9);
+    ck_assert_double_eq(v[CTL_ARTOPK], 4e-9);
+    ck_assert_double_eq_tol(v[CTL_TOPK_AG], 2e-9, 1e-21);
+    /* within the cap the same seconds per byte: ring 1e-9 -> 1.5e-9 moves
+     * the tree from 2e-9 to 2.5e-9; a faster ring (-1e-9 on 1.5e-9, 2/3)
+     * takes the tree down by 1e-9 */
+    v[CTL_DENSE_TREE] = 2e-9;
+    v[CTL_DENSE_RING] = 1.5e-9;
+    ctl_share_change(v, CTL_DENSE_RING, 1e-9, 1e-12, 1.0);
+    ck_assert_double_eq_tol(v[CTL_DENSE_TREE], 2.5e-9, 1e-21);
+    v[CTL_DENSE_RING] = 0.5e-9;
+    ctl_share_change(v, CTL_DENSE_RING, 1.5e-9, 1e-12, 1.0);
+    ck_assert_double_eq_tol(v[CTL_DENSE_TREE], 1.5e-9, 1e-21);
+    ck_assert_double_eq(v[CTL_ARTOPK], 4e-9);
+    ck_assert_double_eq_tol(v[CTL_TOPK_AG], 2e-9, 1e-21);
+    /* the bounds hold */
+    v[CTL_ARTOPK] = 2e-9;
+    v[CTL_TOPK_AG] = 1e-9;
+    ctl_share_change(v, CTL_TOPK_AG, 2e-9, 1.2e-9, 1.0);
+    ck_assert_double_eq(v[CTL_ARTOPK], 1.2e-9);
+    v[CTL_TOPK_AG] = 4e-9;
+    ctl_share_change(v, CTL_TOPK_AG, 1e-9, 1e-12, 3e-9);
+    ck_assert_double_eq(v[CTL_ARTOPK], 3e-9);
 }
 END_TEST
 
@@ -517,12 +560,76 @@ static int body_bad(flx_comm_h comm, int rank, int size, void *arg)
     return 0;
 }
 
+/* Accordion's kept fractions are its own, not the flex menu's: the gain
+ * it predicts at 0.05 lies between those at 0.033 and 0.1 (it reported
+ * 0.033's, the menu's nearest); a kept fraction of 1 is a dense
+ * allreduce (it ran AR-Topk with k = n), the mean of the ranks'
+ * gradients.  Step 0 is critical, so it runs critical_kept. */
+static int body_accordion_kept(flx_comm_h comm, int rank, int size, void *arg)
+{
+    static const double kept[] = {0.033, 0.05, 0.1, 1.0};
+    const size_t n = 20000;
+    float *g = malloc(n * sizeof(float));
+    double gain[4];
+
+    (void)arg;
+    for (int c = 0; c < 4; c++) {
+        flx_ctl_opts_t o;
+        flx_ctl_report_t r;
+        flx_ctl_h h;
+        flx_status_t st;
+
+        flx_ctl_opts_default(&o);
+        o.field_mask = FLX_CTL_OPT_MODE | FLX_CTL_OPT_CRITICAL_KEPT;
+        o.mode = FLX_CTL_ACCORDION;
+        o.critical_kept = kept[c];
+        if (flx_ctl_create(comm, n, &o, &h) != FLX_OK)
+            return mp_fail(rank, "create, critical_kept %g", kept[c]);
+        for (size_t i = 0; i < n; i++)
+            g[i] = grad_of(rank, 0, i);
+        st = flx_ctl_step(h, g, 0.01, &r);
+        if (st != FLX_OK || !r.critical || r.kept_fraction != kept[c])
+            return mp_fail(rank, "critical_kept %g: %s, critical %d, kept %g", kept[c],
+                           flx_status_string(st), r.critical, r.kept_fraction);
+        if ((kept[c] < 1) != (r.collective == FLX_GSYNC_COLL_ARTOPK))
+            return mp_fail(rank, "critical_kept %g ran %s", kept[c],
+                           flx_gsync_coll_name(r.collective));
+        gain[c] = r.gain_estimate;
+        if (kept[c] == 1) {
+            if (flx_ctl_residual(h) != NULL || r.gain_estimate != 1.0)
+                return mp_fail(rank, "dense: residual %p, gain %g",
+                               (const void *)flx_ctl_residual(h), r.gain_estimate);
+            for (size_t i = 0; i < n; i++) {
+                double mean = 0;
+                for (int q = 0; q < size; q++)
+                    mean += grad_of(q, 0, i);
+                mean /= size;
+                if (fabs(g[i] - mean) > 1e-5 * (1 + fabs(mean)))
+                    return mp_fail(rank, "dense: element %zu is %g, mean %g", i, g[i], mean);
+            }
+        }
+        if (flx_ctl_destroy(h) != FLX_OK)
+            return mp_fail(rank, "destroy");
+    }
+    free(g);
+    if (!(gain[0] < gain[1] && gain[1] < gain[2] && gain[2] < gain[3]))
+        return mp_fail(rank, "gains %g %g %g %g at kept 0.033 0.05 0.1 1 do not grow", gain[0],
+                       gain[1], gain[2], gain[3]);
+    return 0;
+}
+
+START_TEST(test_ctl_accordion_kept)
+{
+    ck_assert_int_eq(mp_run(2, body_accordion_kept, NULL, 60, NULL), 0);
+}
+END_TEST
+
 START_TEST(test_ctl_bad_args) { ck_assert_int_eq(mp_run(2, body_bad, NULL, 60, NULL), 0); }
 END_TEST
 
 /* A NaN in one rank's gradient fails the step on every rank, whichever sync
  * the controller picked (weight 0: dense; 1: the fastest, compressed); an
- * infinite compute time is refused; the steps after work, with statistics
+ * infinite compute time, or one past 1e6 s, is refused; the steps after work, with statistics
  * and decisions unharmed (the same on every rank, finite). */
 static int body_nan(flx_comm_h comm, int rank, int size, void *arg)
 {
@@ -547,6 +654,11 @@ static int body_nan(flx_comm_h comm, int rank, int size, void *arg)
             g[5] = NAN;
         if (t == 2 && flx_ctl_step(h, g, INFINITY, &r) != FLX_ERR_INVALID_ARG)
             return mp_fail(rank, "infinite compute time accepted");
+        /* finite but past 1e6 s: 1e308 on 2 ranks overflowed the agreed sum,
+         * and every score after it was NaN */
+        if (t == 2 && (flx_ctl_step(h, g, 1e308, &r) != FLX_ERR_INVALID_ARG ||
+                       flx_ctl_step(h, g, 2e6, &r) != FLX_ERR_INVALID_ARG))
+            return mp_fail(rank, "a compute time past 1e6 s accepted");
         st = flx_ctl_step(h, g, 0.01, &r);
         if (t == 3) {
             if (st != FLX_ERR_INVALID_ARG)
@@ -1203,6 +1315,7 @@ int main(void)
     tcase_add_test(pure, test_hist_gain);
     tcase_add_test(pure, test_critical);
     tcase_add_test(pure, test_learn_model);
+    tcase_add_test(pure, test_share_change);
     tcase_add_test(pure, test_choose_rules);
     tcase_add_test(pure, test_choose_pareto);
     tcase_set_timeout(watch, 30);
@@ -1213,6 +1326,7 @@ int main(void)
     tcase_add_test(ranks, test_ctl_flex_keep_all);
     tcase_add_test(ranks, test_ctl_accordion);
     tcase_add_test(ranks, test_ctl_gravac);
+    tcase_add_test(ranks, test_ctl_accordion_kept);
     tcase_add_test(ranks, test_ctl_bad_args);
     tcase_add_loop_test(ranks, test_ctl_nan, 0, 2);
     tcase_add_loop_test(ranks, test_ctl_retry, 0, 3);

@@ -1339,6 +1339,16 @@ static int body_bad_args(flx_comm_h comm, int rank, int size, void *arg)
     EXPECT_INVALID(flx_iallreduce(comm, a, a + 1, 4, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO, &req));
     EXPECT_INVALID(flx_iallgather(comm, a, big, 4, FLX_FLOAT32, FLX_ALGO_AUTO, NULL));
     EXPECT_INVALID(flx_iallgather(NULL, a, big, 4, FLX_FLOAT32, FLX_ALGO_AUTO, &req));
+    { /* the non-blocking calls' lines name them (they named the blocking ones) */
+        char path[] = "/tmp/flx_iname_XXXXXX";
+        int saved = mp_capture_start(path), n;
+
+        EXPECT_INVALID(flx_iallreduce(comm, a, a, 4, FLX_FLOAT32, (flx_op_t)9, FLX_ALGO_AUTO, &req));
+        EXPECT_INVALID(flx_iallgather(comm, big + 1, big, 4, FLX_FLOAT32, FLX_ALGO_AUTO, &req));
+        n = mp_capture_stop(saved, path, "flx_iall");
+        if (n != 2)
+            return mp_fail(rank, "%d of 2 lines name flx_iallreduce / flx_iallgather", n);
+    }
     EXPECT_INVALID(flx_allgather(comm, a, NULL, 4, FLX_FLOAT32, FLX_ALGO_AUTO));
     EXPECT_INVALID(flx_allgather(comm, a, big, (size_t)1 << 60, FLX_FLOAT32, FLX_ALGO_AUTO));
     EXPECT_INVALID(flx_allgather(comm, a, big, 4, FLX_FLOAT32, (flx_algo_t)-1));
