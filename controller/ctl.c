@@ -15,8 +15,8 @@
  *      old); only the first step waits for its own;
  *   3. the live model: alpha and 1/B from the last sync's time (each
  *      collective keeps its own 1/B, as its software overhead differs; a
- *      change seen by one moves the others by the same seconds per
- *      byte), selection cost as an EWMA of the median of the last three
+ *      change seen by one moves the other of its family, dense or sparse,
+ *      by the same seconds per byte, by no larger a ratio), selection cost as an EWMA of the median of the last three
  *      measurements, after two warm-up runs that do not count;
  *   4. the critical-regime test on the norms of each interval's last
  *      step (taken, like every agreed input, at the step after it);
@@ -332,7 +332,13 @@ static flx_status_t ctl_create_local(flx_ctl_h h, flx_comm_h comm, size_t n,
         h->gain_ewma[f] = -1;
     if (h->agree == NULL || h->agreed == NULL)
         return FLX_ERR_NO_MEMORY;
-    h->cur_kept = h->o.mode == FLX_CTL_ACCORDION ? h->o.critical_kept : h->o.fractions[0];
+    /* the sync object's first k (its buffers grow, never shrink): Accordion's
+     * kept fraction 1 runs dense and needs none (k = n of 25M floats on 8
+     * ranks: 1.6 GB of allgather buffer for nothing) */
+    h->cur_kept = h->o.mode != FLX_CTL_ACCORDION ? h->o.fractions[0]
+                  : h->o.critical_kept < 1  ? h->o.critical_kept
+                  : h->o.low_kept < 1       ? h->o.low_kept
+                                            : 0.01;
     /* a stop while the caller computes falls in no wait of ours: a thread
      * sees it (see ctl_take_agreed); without one, such a stop is learnt */
     if ((h->watch = flx_stall_watch_start()) == NULL)
@@ -605,6 +611,11 @@ static int ctl_decide(flx_ctl_h h, ctl_cand_t *cand, int *ncand_p, double *pred_
         for (int f = 0; f < nf; f++)
             ctl_candidate(h, &cand[n++], CTL_ARTOPK, h->o.fractions[f], h->gain_ewma[f]);
         best = ctl_choose_gravac(cand, n, 0.0, h->o.min_gain);
+        /* dense's 1/B moves only when dense runs (ctl_share_change): a
+         * stale one is tried again, as in flex */
+        chosen = best;
+        best = ctl_probe(cand, n, best, h->seen, h->step, CTL_PROBE_AGE, CTL_PROBE_WINDOW);
+        *probe_p = best != chosen;
         break;
     default:
         for (int f = 0; f < nf; f++) {

@@ -45,7 +45,8 @@ void ctl_coll_terms(ctl_coll_t coll, int N, double m, double c, double *a_p, dou
  * pipeline's CPU) per byte, added to dense's, made dense 10-20x too slow
  * (0.1-0.29 s predicted against 0.04 s on 2 ranks) and flex never tried
  * it again.  A family whose estimate is stale is only optimistic or
- * pessimistic by its own history, and ctl_probe measures it again. */
+ * pessimistic by its own history, and ctl_probe (flex, GraVAC) measures
+ * it again. */
 void ctl_share_change(double inv_bw[CTL_COLL_COUNT], ctl_coll_t c, double before, double lo,
                       double hi);
 

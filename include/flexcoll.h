@@ -531,7 +531,7 @@ typedef struct flx_ctl *flx_ctl_h;
  *       low_kept.
  * ACCORDION: AR-Topk at critical_kept in the critical regime, low_kept
  *       otherwise (a kept fraction of 1: a dense allreduce, ring or tree,
- *       whichever is predicted faster); fractions is not used.
+ *       whichever is predicted faster); fractions is checked but not used.
  * GRAVAC: AR-Topk at the fraction with the largest gain / time among those
  *       whose gain is >= min_gain (dense when none). */
 typedef enum { FLX_CTL_FLEX = 0, FLX_CTL_ACCORDION, FLX_CTL_GRAVAC } flx_ctl_mode_t;

@@ -137,6 +137,12 @@ START_TEST(test_share_change)
     ck_assert_double_eq_tol(v[CTL_DENSE_TREE], 1.5e-9, 1e-21);
     ck_assert_double_eq(v[CTL_ARTOPK], 4e-9);
     ck_assert_double_eq_tol(v[CTL_TOPK_AG], 2e-9, 1e-21);
+    /* a decrease past the other's own ratio is capped too: ring 2e-9 ->
+     * 1e-9 (-1e-9, half) takes a tree of 0.5e-9 to 0.25e-9, not below 0 */
+    v[CTL_DENSE_RING] = 1e-9;
+    v[CTL_DENSE_TREE] = 0.5e-9;
+    ctl_share_change(v, CTL_DENSE_RING, 2e-9, 1e-12, 1.0);
+    ck_assert_double_eq_tol(v[CTL_DENSE_TREE], 0.25e-9, 1e-21);
     /* the bounds hold */
     v[CTL_ARTOPK] = 2e-9;
     v[CTL_TOPK_AG] = 1e-9;
