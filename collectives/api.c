@@ -334,7 +334,8 @@ flx_status_t flx_allgather_check(const char *fn, flx_comm_h comm, const void *se
 flx_status_t flx_allreduce(flx_comm_h comm, const void *sendbuf, void *recvbuf, size_t count,
                            flx_dtype_t dtype, flx_op_t op, flx_algo_t algo)
 {
-    flx_status_t st = flx_allreduce_check("flx_allreduce", comm, sendbuf, recvbuf, count, dtype, op, algo);
+    flx_status_t st =
+        flx_allreduce_check("flx_allreduce", comm, sendbuf, recvbuf, count, dtype, op, algo);
 
     if (st != FLX_OK || (st = comm_enter(comm)) != FLX_OK)
         return st;
@@ -344,7 +345,8 @@ flx_status_t flx_allreduce(flx_comm_h comm, const void *sendbuf, void *recvbuf, 
 flx_status_t flx_allgather(flx_comm_h comm, const void *sendbuf, void *recvbuf, size_t count,
                            flx_dtype_t dtype, flx_algo_t algo)
 {
-    flx_status_t st = flx_allgather_check("flx_allgather", comm, sendbuf, recvbuf, count, dtype, algo);
+    flx_status_t st =
+        flx_allgather_check("flx_allgather", comm, sendbuf, recvbuf, count, dtype, algo);
 
     if (st != FLX_OK || (st = comm_enter(comm)) != FLX_OK)
         return st;

@@ -16,8 +16,9 @@
  *   3. the live model: alpha and 1/B from the last sync's time (each
  *      collective keeps its own 1/B, as its software overhead differs; a
  *      change seen by one moves the other of its family, dense or sparse,
- *      by the same seconds per byte, by no larger a ratio), selection cost as an EWMA of the median of the last three
- *      measurements, after two warm-up runs that do not count;
+ *      by the same seconds per byte, by no larger a ratio), selection
+ *      cost as an EWMA of the median of the last three measurements,
+ *      after two warm-up runs that do not count;
  *   4. the critical-regime test on the norms of each interval's last
  *      step (taken, like every agreed input, at the step after it);
  *   5. the choice (ctl_choose or the mode's rule; flex keeps last step's
@@ -533,7 +534,7 @@ static void ctl_learn(flx_ctl_h h, double compute_s, double comm_s, double selec
     if (!h->last_probe)
         ctl_share_change(h->inv_bw, c, before, lo[1], hi[1]);
     h->seen[c] = h->step; /* the step that ran it, + 1 */
-    if (c == CTL_ARTOPK || c == CTL_TOPK_AG) {
+    if (ctl_coll_sparse(c)) {
         h->select_s[c] = ctl_select_update(h->select_s[c], h->select_hist[c],
                                            ++h->select_runs[c], select_s, CTL_LAMBDA);
         /* the same selection serves the other sparse collective until it is measured */
@@ -576,7 +577,7 @@ static void ctl_candidate(flx_ctl_h h, ctl_cand_t *c, ctl_coll_t coll, double ke
  * fraction (1: dense) */
 static double ctl_hist_gain_of(flx_ctl_h h, const ctl_cand_t *c)
 {
-    if (c->coll != CTL_ARTOPK && c->coll != CTL_TOPK_AG)
+    if (!ctl_coll_sparse(c->coll))
         return 1.0;
     return h->agreed[ctl_frac_index(h, c->kept)];
 }
@@ -804,7 +805,7 @@ static void ctl_take_agreed(flx_ctl_h h)
     if (h->o.mode == FLX_CTL_GRAVAC) /* GraVAC decides on a smoothed gain */
         for (int f = 0; f < nf; f++)
             h->gain_ewma[f] = ctl_ewma(h->gain_ewma[f], a[f]);
-    if (h->have_last && (h->last.coll == CTL_ARTOPK || h->last.coll == CTL_TOPK_AG)) {
+    if (h->have_last && ctl_coll_sparse(h->last.coll)) {
         /* agreed holds the statistics the last sync compressed: its gain at
          * that fraction is what the sync was predicted to keep */
         double predicted = ctl_hist_gain_of(h, &h->last);
@@ -911,7 +912,7 @@ flx_status_t flx_ctl_step(flx_ctl_h h, float *grad, double compute_s, flx_ctl_re
         ctl_log(h, cand, ncand, best, pred_dense, r.decide_s, r.agree_s);
     /* a dense step delivers all of it: nothing to measure */
     measure = h->N > 1 && h->step % CTL_GAIN_EVERY == CTL_GAIN_EVERY - 1 &&
-              (cand[best].coll == CTL_ARTOPK || cand[best].coll == CTL_TOPK_AG);
+              ctl_coll_sparse(cand[best].coll);
     if (measure && (st = ctl_combined_before(h, grad)) != FLX_OK)
         return ctl_step_failed(h, &saved, st);
     /* the stall watch splits this rank's time at the sync's start and end:

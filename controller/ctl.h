@@ -21,6 +21,8 @@ typedef enum {
 } ctl_coll_t;
 
 const char *ctl_coll_name(ctl_coll_t coll);
+/* AR-Topk or the sparse allgather (not a dense allreduce) */
+static inline int ctl_coll_sparse(int coll) { return coll == CTL_ARTOPK || coll == CTL_TOPK_AG; }
 
 /* One candidate (collective x kept fraction) with its predictions. */
 typedef struct {
@@ -43,7 +45,7 @@ void ctl_coll_terms(ctl_coll_t coll, int N, double m, double c, double *a_p, dou
  * own, within [lo, hi].  Not the other family: a sparse sync sends about
  * 1/(2c) fewer bytes than a dense one, so its noise (skew, the selection
  * pipeline's CPU) per byte, added to dense's, made dense 10-20x too slow
- * (0.1-0.29 s predicted against 0.04 s on 2 ranks) and flex never tried
+ * (0.09-0.29 s predicted against 0.04 s on 2 ranks) and flex never tried
  * it again.  A family whose estimate is stale is only optimistic or
  * pessimistic by its own history, and ctl_probe (flex, GraVAC) measures
  * it again. */

@@ -95,9 +95,6 @@ double ctl_hist_gain(const ctl_hist_t *h, double c)
     return sqrt(FLX_MIN(1.0, energy / h->total_energy));
 }
 
-/* dense (ring, tree) or sparse (AR-Topk, the allgather) */
-static int ctl_sparse(int coll) { return coll == CTL_ARTOPK || coll == CTL_TOPK_AG; }
-
 void ctl_share_change(double inv_bw[CTL_COLL_COUNT], ctl_coll_t c, double before, double lo,
                       double hi)
 {
@@ -106,7 +103,7 @@ void ctl_share_change(double inv_bw[CTL_COLL_COUNT], ctl_coll_t c, double before
     for (int o = 0; o < CTL_COLL_COUNT; o++) {
         double d = delta, cap;
 
-        if (o == (int)c || ctl_sparse(o) != ctl_sparse(c))
+        if (o == (int)c || ctl_coll_sparse(o) != ctl_coll_sparse((int)c))
             continue;
         if (before > 0) { /* no larger a ratio than c's own */
             cap = fabs(delta) / before * inv_bw[o];
