@@ -643,7 +643,7 @@ static int ctl_decide(flx_ctl_h h, ctl_cand_t *cand, int *ncand_p, double *pred_
 static void ctl_log(flx_ctl_h h, const ctl_cand_t *cand, int ncand, int best, double pred_dense,
                     double decide_s, double agree_s)
 {
-    fprintf(h->log, "%llu,%s,%d,%.4f,%.3g,%.4g,%.6f,%s,%g,%.6f,%.6f,%.4f,%.6f,%.6f,",
+    fprintf(h->log, "%llu,%s,%d,%.4f,%.6g,%.6g,%.6f,%s,%g,%.6f,%.6f,%.4f,%.6f,%.6f,",
             (unsigned long long)h->step, flx_ctl_mode_name(h->o.mode), h->critical, h->change,
             h->alpha, 1.0 / h->inv_bw[cand[best].coll], h->compute_s, ctl_coll_name(cand[best].coll),
             cand[best].kept, cand[best].time_s, pred_dense, cand[best].gain, decide_s, agree_s);
