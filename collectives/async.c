@@ -5,6 +5,7 @@
 #include "collectives/coll.h"
 #include "common/dtype.h"
 #include "common/log.h"
+#include "common/thread.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -131,7 +132,7 @@ static flx_status_t async_submit(flx_comm_h comm, flx_request_t *req, flx_reques
     }
     pthread_mutex_lock(&comm->lock);
     if (!comm->worker_started) {
-        int rc = pthread_create(&comm->worker, NULL, async_worker, comm);
+        int rc = flx_thread_start(&comm->worker, async_worker, comm, 0);
         if (rc != 0) {
             pthread_mutex_unlock(&comm->lock);
             flx_error(COLL, comm->rank, "cannot start the progress thread (error %d)", rc);

@@ -6,6 +6,7 @@
  * starts no thread. */
 #include "compress/pool.h"
 #include "common/log.h"
+#include "common/thread.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -89,7 +90,7 @@ flx_status_t cmp_pool_create(int nthreads, cmp_pool_t **pool_p)
             goto err_stop_threads;
         w->pool = pool;
         w->t = started + 1;
-        rc = pthread_create(&pool->threads[started], NULL, cmp_pool_worker, w);
+        rc = flx_thread_start(&pool->threads[started], cmp_pool_worker, w, 0);
         if (rc != 0) {
             free(w);
             flx_error(COMPRESS, -1, "cannot start selection thread %d of %d (error %d)",

@@ -2,12 +2,14 @@
  * SIGKILLed at a random moment of a loop of mixed collectives (20 trials),
  * the root dying during bootstrap, a data socket reset mid-transfer, the
  * watchdog of every collective kind (one log line), flx_comm_abort from
- * another thread, flx_comm_get_async_error.  Runs on the backend FLX_NET
+ * another thread, flx_comm_get_async_error, the library's threads started
+ * through a shortage (flx_thread_start).  Runs on the backend FLX_NET
  * picks (scripts/test-ib.sh runs it with FLX_NET=ib in the SoftRoCE VM).
  *
  * FLX_FAULT_TRIALS overrides the number of kill trials (default 20). */
 #include "tests/mp.h"
 #include "collectives/comm.h"
+#include "common/thread.h"
 #include "common/time.h"
 #include "transport/tcp/tcp.h"
 
@@ -21,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -150,6 +153,108 @@ static int body_kill(flx_comm_h comm, int rank, int size, void *arg)
     free(b);
     return st == FLX_ERR_PEER_LOST || st == FLX_ERR_TIMED_OUT ? 0 : 1;
 }
+
+/* flx_thread_start through a shortage of stack memory (an address-space
+ * limit a 64 MB stack does not fit in, as a commit or pids limit refuses
+ * threads on a busy machine; larger than any stack glibc may have cached
+ * from the parent's threads): pthread_create fails with EAGAIN,
+ * flx_thread_start keeps trying and starts the thread once a helper lifts
+ * the limit 0.3 s later; with no helper it gives up after its retries with
+ * EAGAIN and leaves the output alone.  Not under AddressSanitizer, whose
+ * own allocations need the address space the limit takes away. */
+#if defined(__SANITIZE_ADDRESS__)
+#define FLX_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FLX_TEST_ASAN 1
+#endif
+#endif
+
+static struct rlimit thread_as_saved;
+
+enum { THREAD_BIG_STACK = 64 << 20 };
+
+static void *thread_lift_limit(void *arg)
+{
+    const struct timespec d = {.tv_sec = 0, .tv_nsec = 300 * 1000 * 1000};
+
+    (void)arg;
+    nanosleep(&d, NULL);
+    setrlimit(RLIMIT_AS, &thread_as_saved);
+    return NULL;
+}
+
+static void *thread_mark(void *arg)
+{
+    __atomic_store_n((int *)arg, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* an address-space limit 2 MB above what the process maps now */
+static int thread_limit_as(void)
+{
+    unsigned long pages = 0;
+    struct rlimit r;
+    FILE *f = fopen("/proc/self/statm", "r");
+
+    if (f == NULL || fscanf(f, "%lu", &pages) != 1)
+        return -1;
+    fclose(f);
+    r.rlim_cur = pages * (unsigned long)sysconf(_SC_PAGESIZE) + (2u << 20);
+    r.rlim_max = thread_as_saved.rlim_max;
+    return setrlimit(RLIMIT_AS, &r);
+}
+
+START_TEST(test_thread_retry)
+{
+#ifdef FLX_TEST_ASAN
+    printf("thread_retry: not under AddressSanitizer (it needs the address space)\n");
+#else
+    pthread_t lifter, t, untouched;
+    pthread_attr_t big;
+    int ran = 0, rc;
+    double t0, took;
+
+    memset(&untouched, 0xab, sizeof(untouched));
+    t = untouched;
+    ck_assert_int_eq(getrlimit(RLIMIT_AS, &thread_as_saved), 0);
+    /* no helper: EAGAIN after the retries, t left alone */
+    ck_assert_int_eq(thread_limit_as(), 0);
+    ck_assert_int_eq(pthread_attr_init(&big), 0);
+    ck_assert_int_eq(pthread_attr_setstacksize(&big, THREAD_BIG_STACK), 0);
+    ck_assert_int_eq(pthread_create(&t, &big, thread_mark, &ran), EAGAIN); /* the shortage is real */
+    pthread_attr_destroy(&big);
+    t0 = flx_time_now();
+    rc = flx_thread_start(&t, thread_mark, &ran, THREAD_BIG_STACK);
+    took = flx_time_now() - t0;
+    ck_assert_int_eq(setrlimit(RLIMIT_AS, &thread_as_saved), 0);
+    ck_assert_int_eq(rc, EAGAIN);
+    ck_assert(memcmp(&t, &untouched, sizeof(t)) == 0);
+    ck_assert_msg(took >= FLX_THREAD_RETRY_S * 0.9, "gave up after %.3f s", took);
+    ck_assert_int_eq(ran, 0);
+    /* the helper lifts the limit 0.3 s in: started */
+    ck_assert_int_eq(pthread_create(&lifter, NULL, thread_lift_limit, NULL), 0);
+    ck_assert_int_eq(thread_limit_as(), 0);
+    t0 = flx_time_now();
+    rc = flx_thread_start(&t, thread_mark, &ran, THREAD_BIG_STACK);
+    took = flx_time_now() - t0;
+    pthread_join(lifter, NULL);
+    ck_assert_int_eq(setrlimit(RLIMIT_AS, &thread_as_saved), 0);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert_int_eq(__atomic_load_n(&ran, __ATOMIC_ACQUIRE), 1);
+    ck_assert_msg(took >= 0.2 && took < FLX_THREAD_RETRY_S, "started after %.3f s", took);
+    /* a small stack fits where the default did not */
+    ran = 0;
+    ck_assert_int_eq(thread_limit_as(), 0);
+    rc = flx_thread_start(&t, thread_mark, &ran, 256 * 1024);
+    ck_assert_int_eq(setrlimit(RLIMIT_AS, &thread_as_saved), 0);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert_int_eq(ran, 1);
+#endif
+}
+END_TEST
 
 START_TEST(test_kill_trials)
 {
@@ -944,6 +1049,7 @@ int main(void)
     tcase_add_loop_test(fault_case(s, "watchdog"), test_watchdog, 0, WD_COUNT);
     tcase_add_test(fault_case(s, "reset"), test_reset_mid_transfer);
     tcase_add_loop_test(fault_case(s, "root_dies"), test_root_dies_in_bootstrap, 0, 2);
+    tcase_add_test(fault_case(s, "thread_retry"), test_thread_retry);
     tcase_add_test(fault_case(s, "kill"), test_kill_trials);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
