@@ -91,10 +91,13 @@ static const cfg_field_t cfg_table[] = {
      "collectives after this many bandwidth-bound ones (0: keep the start values and never "
      "explore the runner-up)", CFG_INT,
      OFF(model_refresh), 0, 0, 1 << 20, NULL},
-    {"SPIN", "2ms", "tcp: busy-poll this long (yielding the core) before sleeping in poll(); 50 us "
-     "when the job's ranks on this machine outnumber the CPUs (hardware threads) they may use "
-     "together (the union of their CPU affinity); 0 sleeps at once",
+    {"SPIN", "2ms", "tcp: busy-poll this long (yielding the core) before sleeping in poll(); "
+     "FLX_SPIN_SHARED when the job's ranks on this machine outnumber the CPUs (hardware threads) "
+     "they may use together (the union of their CPU affinity); 0 sleeps at once",
      CFG_TIME, OFF(spin_s), 0, 0, 0, NULL},
+    {"SPIN_SHARED", "50us", "tcp and ib: the busy-poll (at most FLX_SPIN, FLX_IB_SPIN) when the "
+     "job's ranks on this machine outnumber the CPUs they may use together: a long one takes the "
+     "core from the rank it waits for", CFG_TIME, OFF(spin_shared_s), 0, 0, 0, NULL},
     {"IB_HCA", "", "RDMA device and port for the ib backend, name[:port] (default: hwloc-nearest active port)",
      CFG_STRING, OFF(ib_hca), SZ(ib_hca), 0, 0, NULL},
     {"IB_GID_INDEX", "", "GID entry whose IPv4 address rdmacm binds (default: the port's netdev address)",
@@ -113,8 +116,8 @@ static const cfg_field_t cfg_table[] = {
      "is FLX_CHUNK_SIZE's, so every pipelined chunk fits; at most 64m)", CFG_SIZE, OFF(ib_stage_size), 0,
      0, 1 << 26, NULL},
     {"IB_SPIN", "2ms", "ib: busy-poll the completion queue this long (yielding the core) before sleeping "
-     "on the completion channel; 50 us when the job's ranks on this machine outnumber the CPUs "
-     "(hardware threads) they may use together", CFG_TIME, OFF(ib_spin_s), 0, 0, 0, NULL},
+     "on the completion channel; FLX_SPIN_SHARED when the job's ranks on this machine outnumber "
+     "the CPUs (hardware threads) they may use together", CFG_TIME, OFF(ib_spin_s), 0, 0, 0, NULL},
     {"IB_LEAVE_PINNED", "no", "ib: cache the registration of every buffer, not only flx_mem_register'ed "
      "ones; at program start (it must be in the environment then) glibc is told never to return "
      "malloc'd memory to the system, so an address keeps its pages; only for programs that do not "

@@ -32,6 +32,7 @@ typedef struct {
     double beta;                /* FLX_BETA bytes/s, 0 = measure */
     int model_refresh;          /* FLX_MODEL_REFRESH: observations per agreement, 0 = off */
     double spin_s;              /* FLX_SPIN: busy-poll before sleeping */
+    double spin_shared_s;       /* FLX_SPIN_SHARED: ... when ranks outnumber cores */
     char ib_hca[64];            /* FLX_IB_HCA name[:port] */
     int ib_gid_index;           /* FLX_IB_GID_INDEX, -1 = rdmacm decides */
     size_t ib_eager;            /* FLX_IB_EAGER: largest eager payload */

@@ -12,8 +12,18 @@ out=$("$top/flxrun" -n 3 "$top/flx-example" 2>&1) || fail "flx-example: $out"
 cpu=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*\([0-9]*\).*/\1/p' /proc/self/status)
 out=$(FLX_LOG_LEVEL=info taskset -c "$cpu" "$top/flxrun" -n 2 "$top/flx-example" 2>&1) ||
     fail "flx-example on one core: $out"
-[ "$(echo "$out" | grep -c 'tcp: 2 ranks share 1 cores here: busy-poll 50 us, not 2 ms')" -eq 2 ] ||
+[ "$(echo "$out" | grep -c 'tcp: 2 ranks share 1 cores here: busy-poll 50 us (FLX_SPIN_SHARED), not 2 ms')" -eq 2 ] ||
     fail "2 ranks on 1 core kept the long spin: $out"
+# ... FLX_SPIN_SHARED's, never more than FLX_SPIN
+out=$(FLX_LOG_LEVEL=info FLX_SPIN_SHARED=300us taskset -c "$cpu" "$top/flxrun" -n 2 "$top/flx-example" 2>&1) ||
+    fail "flx-example on one core, FLX_SPIN_SHARED=300us: $out"
+[ "$(echo "$out" | grep -c 'tcp: 2 ranks share 1 cores here: busy-poll 300 us (FLX_SPIN_SHARED), not 2 ms')" -eq 2 ] ||
+    fail "FLX_SPIN_SHARED=300us: $out"
+out=$(FLX_LOG_LEVEL=info FLX_SPIN_SHARED=300us FLX_SPIN=100us taskset -c "$cpu" "$top/flxrun" -n 2 "$top/flx-example" 2>&1) ||
+    fail "flx-example on one core, FLX_SPIN=100us: $out"
+echo "$out" | grep -q "busy-poll" && fail "FLX_SPIN 100 us below FLX_SPIN_SHARED was changed: $out"
+out=$(FLX_SPIN_SHARED=fast "$top/flxrun" -n 1 "$top/flx-example" 2>&1) && fail "FLX_SPIN_SHARED=fast accepted: $out"
+echo "$out" | grep -q "FLX_SPIN_SHARED" || fail "FLX_SPIN_SHARED=fast: no line names it: $out"
 out=$(FLX_LOG_LEVEL=info "$top/flxrun" -n 1 "$top/flx-example" 2>&1) || fail "flx-example, 1 rank: $out"
 echo "$out" | grep -q "busy-poll 50 us" && fail "1 rank took the short spin: $out"
 # ... counted over the union of the ranks' CPUs: bound to a core each by flxrun, the long

@@ -822,12 +822,14 @@ static flx_status_t boot_local_ranks(boot_t *boot)
 double boot_spin(const boot_t *boot, double spin_s, const char *backend)
 {
     long cores = boot->local_cpus;
+    double shared = boot->cfg.spin_shared_s;
 
-    if (cores <= 0 || boot->local_size <= cores || spin_s <= 50e-6)
+    if (cores <= 0 || boot->local_size <= cores || spin_s <= shared)
         return spin_s;
-    flx_info(NET, boot->rank, "%s: %d ranks share %ld cores here: busy-poll 50 us, not %g ms",
-             backend, boot->local_size, cores, spin_s * 1e3);
-    return 50e-6;
+    flx_info(NET, boot->rank, "%s: %d ranks share %ld cores here: busy-poll %g us "
+             "(FLX_SPIN_SHARED), not %g ms", backend, boot->local_size, cores, shared * 1e6,
+             spin_s * 1e3);
+    return shared;
 }
 
 flx_status_t boot_create(int rank, int size, const char *root, const char *secret,

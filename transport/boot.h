@@ -61,10 +61,10 @@ void boot_destroy(boot_t *boot);
  * r * len.  Runs over the authenticated mesh sockets still owned by the
  * bootstrap; used by backends to exchange connection data. */
 flx_status_t boot_allgather(boot_t *boot, const void *mine, void *all, size_t len);
-/* A backend's busy-poll length: spin_s, or 50 us (logged at info, with
- * the backend's name) when this machine's ranks outnumber the cores they
- * may use together (local_cpus) -- a long busy-poll would take the core
- * from the rank it waits for. */
+/* A backend's busy-poll length: spin_s, or at most FLX_SPIN_SHARED
+ * (logged at info, with the backend's name) when this machine's ranks
+ * outnumber the cores they may use together (local_cpus) -- a long
+ * busy-poll would take the core from the rank it waits for. */
 double boot_spin(const boot_t *boot, double spin_s, const char *backend);
 /* Descriptors this process has open: counted in /proc/self/fd (use_proc),
  * or where that cannot be read (no /proc, or no descriptor left to read it
