@@ -60,6 +60,9 @@ typedef struct {
                                  run at, from the fit on: exploration stays
                                  within it (the same on every rank: they
                                  make the same calls)                     */
+    int look_n[MODEL_NAR + MODEL_NAG]; /* [ar..., ag...]: observations of
+                                 the first look under way (model.c) */
+    double look[MODEL_NAR + MODEL_NAG][3]; /* ... their 1/beta each      */
     double hist[MODEL_NAR + MODEL_NAG][2][2]; /* [ar..., ag...]
                                  [alpha, 1/beta]: the last two
                                  observations (-1: none; the start value

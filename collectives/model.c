@@ -362,6 +362,7 @@ static void model_live_start(flx_comm_h comm)
     for (int i = 0; i < MODEL_NAG; i++)
         lv->ag[i] = lv->ag0[i] = comm->ag[i];
     lv->nbw = lv->nlat = 0;
+    memset(lv->look_n, 0, sizeof(lv->look_n));
     /* the filter's history starts with the start values: a first stalled
      * run moves nothing either */
     for (int i = 0; i < MODEL_NAR + MODEL_NAG; i++) {
@@ -453,17 +454,59 @@ static flx_status_t model_agree_live(flx_comm_h comm)
     return FLX_OK;
 }
 
-/* algo ran at bytes (per rank for the allgather) */
-static void model_ran(flx_comm_h comm, int kind, flx_algo_t algo, double bytes)
+/* algo ran at bytes (per rank for the allgather); 1 when that is more
+ * than it had run at before */
+static int model_ran(flx_comm_h comm, int kind, flx_algo_t algo, double bytes)
 {
-    double *ran = NULL;
+    double *ran = NULL, before;
 
     if (kind == COLL_ALLREDUCE && algo >= FLX_ALGO_RING && algo < FLX_ALGO_RING + MODEL_NAR)
         ran = &comm->live.ran_ar[algo - FLX_ALGO_RING];
     else if (kind == COLL_ALLGATHER && (algo == FLX_ALGO_RING || algo == FLX_ALGO_RD))
         ran = &comm->live.ran_ag[model_ag_index(algo)];
-    if (ran)
-        *ran = FLX_MAX(*ran, bytes);
+    if (ran == NULL)
+        return 0;
+    before = *ran;
+    *ran = FLX_MAX(*ran, bytes);
+    return bytes > before;
+}
+
+static double model_median3(const double x[3])
+{
+    double lo = FLX_MIN(x[0], x[1]), hi = FLX_MAX(x[0], x[1]);
+
+    return x[2] < lo ? lo : x[2] > hi ? hi : x[2];
+}
+
+/* The first look (session 41): an algorithm's 1/beta past the largest size
+ * it had run at is the fit's (at 1 MiB) or a smaller size's, carried to a
+ * size where it may not hold, and the EWMA took several refresh periods of
+ * 16 calls each to correct it: a 4-rank allreduce at 16 MiB ran the tree,
+ * halving-doubling and recursive doubling 16 calls each (rd 33-111 ms
+ * against the tree's 21-25) before it settled, which cost a 110-call perf
+ * run about a fifth of its time.  So the first MODEL_LOOK bandwidth-bound
+ * runs of an algorithm that start at a size larger than any it had run at
+ * replace its 1/beta with their median (a first touch of fresh scratch
+ * pages, or one stall, is one outlier of three), and the ranks agree at
+ * once.  Every rank counts the same runs (same calls, same agreed model,
+ * the dominant term judged by the start values), so they agree at the
+ * same call.  0 when the call was not part of a look (learn as usual), 1
+ * while a look goes on, 2 when it ended (agree now). */
+#define MODEL_LOOK 3
+
+static int model_look(model_live_t *lv, int idx, int fresh, double obs, model_ab_t *mine,
+                      const double lo[2], const double hi[2], double hist[2][2])
+{
+    if (!fresh && lv->look_n[idx] == 0)
+        return 0;
+    lv->look[idx][lv->look_n[idx]++] = obs;
+    if (lv->look_n[idx] < MODEL_LOOK)
+        return 1;
+    mine->inv_bw = model_clamp(model_median3(lv->look[idx]), lo[1], hi[1]);
+    hist[1][0] = lv->look[idx][1]; /* the spike filter goes on from the last two */
+    hist[1][1] = lv->look[idx][2];
+    lv->look_n[idx] = 0;
+    return 2;
 }
 
 flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double bytes, double t)
@@ -472,9 +515,9 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
     double chunk = (double)comm->cfg.chunk_size, c0, a, b, lo[2], hi[2];
     model_ab_t *mine, start, before;
     double (*hist)[2];
-    int which, ai = (int)algo - FLX_ALGO_RING, gi = model_ag_index(algo);
+    int which, look = 0, ai = (int)algo - FLX_ALGO_RING, gi = model_ag_index(algo), idx;
+    int fresh = model_ran(comm, kind, algo, bytes);
 
-    model_ran(comm, kind, algo, bytes);
     if (comm->cfg.model_refresh <= 0 || comm->size < 2 || !(bytes > 0))
         return FLX_OK;
     if (!lv->started)
@@ -483,15 +526,16 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
         model_allreduce_terms(algo, comm->size, bytes, chunk, &c0, &a, &b);
         mine = &lv->ar[ai];
         start = lv->ar0[ai];
-        hist = lv->hist[ai];
+        idx = ai;
     } else if (kind == COLL_ALLGATHER && (algo == FLX_ALGO_RING || algo == FLX_ALGO_RD)) {
         model_allgather_terms(algo, comm->size, bytes, &c0, &a, &b);
         mine = &lv->ag[gi];
         start = lv->ag0[gi];
-        hist = lv->hist[MODEL_NAR + gi];
+        idx = MODEL_NAR + gi;
     } else {
         return FLX_OK;
     }
+    hist = lv->hist[idx];
     model_bounds(start, lo, hi);
     /* the dominant term is judged by where the live model started (the
      * fit, agreed), so that every rank counts the same observations, and so
@@ -501,7 +545,11 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
      * 111 ms at 8 and at 16 MiB, measured 211 and 377) */
     which = model_dominant(a, b, start.alpha, start.inv_bw);
     before = *mine;
-    model_learn(&mine->alpha, &mine->inv_bw, t - c0, a, b, which, MODEL_LAMBDA, lo, hi, hist);
+    if (which == 2 && kind == COLL_ALLREDUCE)
+        look = model_look(lv, idx, fresh, FLX_MAX(0.0, t - c0 - a * mine->alpha) / b, mine, lo,
+                          hi, hist);
+    if (look == 0)
+        model_learn(&mine->alpha, &mine->inv_bw, t - c0, a, b, which, MODEL_LAMBDA, lo, hi, hist);
     /* the link's model (broadcast, the controller's sparse formulas,
      * flx_comm_link_model) follows every algorithm's traffic, by the same
      * ratio as the term that learnt */
@@ -512,7 +560,7 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
         lv->nbw++;
     else
         lv->nlat++;
-    if (lv->nbw < comm->cfg.model_refresh && lv->nlat < 64 * comm->cfg.model_refresh)
+    if (look != 2 && lv->nbw < comm->cfg.model_refresh && lv->nlat < 64 * comm->cfg.model_refresh)
         return FLX_OK;
     return model_agree_live(comm);
 }

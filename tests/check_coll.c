@@ -631,6 +631,63 @@ static int body_model_refresh(flx_comm_h comm, int rank, int size, void *arg)
     return 0;
 }
 
+/* The live model's first look: started from a claimed 100 GB/s with no
+ * fit (so no algorithm has run at any size), the ring's first three
+ * bandwidth-bound allreduces at 4 MiB replace its 1/beta with their median
+ * and the ranks agree at once (the 16 of FLX_MODEL_REFRESH are not
+ * waited for): the prediction is the start one after the first two calls,
+ * over 10x it after the third, the same on every rank, and three more
+ * calls at that size (no longer a first run) leave it; a first run at
+ * 8 MiB starts a new look and moves nothing by itself. */
+static int body_model_look(flx_comm_h comm, int rank, int size, void *arg)
+{
+    const size_t count = 1024 * 1024; /* 4 MiB of float32 */
+    float *buf = malloc(2 * count * sizeof(float));
+    double p0 = flx_allreduce_predict(comm, count, FLX_FLOAT32, FLX_ALGO_RING), p[8], all[8 * 8];
+    flx_status_t st;
+
+    (void)arg;
+    if (buf == NULL)
+        return mp_fail(rank, "out of memory");
+    for (int it = 0; it < 7; it++) {
+        size_t n = it < 6 ? count : 2 * count;
+
+        for (size_t i = 0; i < n; i++)
+            buf[i] = (float)((rank + (int)i + it) % 8);
+        if ((st = flx_allreduce(comm, buf, buf, n, FLX_FLOAT32, FLX_SUM, FLX_ALGO_RING)) != FLX_OK)
+            return mp_fail(rank, "allreduce %d: %s", it, flx_status_string(st));
+        for (size_t i = 0; i < n; i++) {
+            float want = 0;
+            for (int r = 0; r < size; r++)
+                want += (float)((r + (int)i + it) % 8);
+            if (buf[i] != want)
+                return mp_fail(rank, "allreduce %d: element %zu is %g, not %g", it, i, buf[i], want);
+        }
+        p[it] = flx_allreduce_predict(comm, count, FLX_FLOAT32, FLX_ALGO_RING);
+    }
+    if (p[0] != p0 || p[1] != p0)
+        return mp_fail(rank, "the prediction moved before the look ended: %g, %g us (start %g)",
+                       p[0] * 1e6, p[1] * 1e6, p0 * 1e6);
+    if (!(p[2] > 10 * p0))
+        return mp_fail(rank, "after the third call the ring predicts %g us at 4 MiB (start %g "
+                       "us at a claimed 100 GB/s): the look did not replace 1/beta", p[2] * 1e6,
+                       p0 * 1e6);
+    for (int it = 3; it < 7; it++)
+        if (p[it] != p[2])
+            return mp_fail(rank, "call %d moved the agreed prediction: %g us, not %g", it,
+                           p[it] * 1e6, p[2] * 1e6);
+    p[7] = p0;
+    if ((st = flx_allgather(comm, p, all, 8, FLX_FLOAT64, FLX_ALGO_RING)) != FLX_OK)
+        return mp_fail(rank, "allgather of the predictions: %s", flx_status_string(st));
+    for (int r = 0; r < size; r++)
+        for (int k = 0; k < 8; k++)
+            if (all[8 * r + k] != p[k])
+                return mp_fail(rank, "rank %d predicts %g us after call %d, I %g", r,
+                               all[8 * r + k] * 1e6, k, p[k] * 1e6);
+    free(buf);
+    return 0;
+}
+
 /* The live model's alpha is agreed by its smallest value: rank 0 comes
  * to each of 80 small allreduces 20 ms after the others, so every other
  * rank's call takes about 20 ms, most of it waiting; rank 0's, a few
@@ -836,6 +893,20 @@ START_TEST(test_model_refresh)
     failed = mp_run(n, body_model_refresh, NULL, 240, NULL);
     model_env("0");
     failed += mp_run(n, body_model_refresh, "off", 240, NULL);
+    model_env_clear();
+    ck_assert_msg(failed == 0, "%d ranks failed (N = %d)", failed, n);
+}
+END_TEST
+
+START_TEST(test_model_look)
+{
+    int n = sizes_n[_i], failed;
+
+    if (n < 2 || !mp_nranks_wanted(n))
+        return;
+    model_env("16");
+    setenv("FLX_BETA", "100G", 1);
+    failed = mp_run(n, body_model_look, NULL, 240, NULL);
     model_env_clear();
     ck_assert_msg(failed == 0, "%d ranks failed (N = %d)", failed, n);
 }
@@ -1159,6 +1230,7 @@ int main(void)
     tcase_add_loop_test(tc, test_reduce_scatter_algo, 0, 6);
     tcase_add_loop_test(tc, test_barrier_async, 0, 6);
     tcase_add_loop_test(tc, test_model_refresh, 0, 6);
+    tcase_add_loop_test(tc, test_model_look, 0, 6);
     tcase_add_loop_test(tc, test_model_late_rank, 0, 6);
     tcase_add_loop_test(tc, test_calibrate, 0, 6);
     tcase_add_loop_test(tc, test_nan_bits, 0, 6);
