@@ -60,9 +60,10 @@ typedef struct {
                                  run at, from the fit on: exploration stays
                                  within it (the same on every rank: they
                                  make the same calls)                     */
-    int look_n[MODEL_NAR + MODEL_NAG]; /* [ar..., ag...]: observations of
-                                 the first look under way (model.c) */
-    double look[MODEL_NAR + MODEL_NAG][3]; /* ... their 1/beta each      */
+    int look_n[MODEL_NAR];    /* each allreduce algorithm's observations
+                                 in the first look under way (model.c) */
+    double look[MODEL_NAR][3]; /* ... their 1/beta each (MODEL_LOOK)      */
+    double look_bytes[MODEL_NAR]; /* ... and the size that started it    */
     double hist[MODEL_NAR + MODEL_NAG][2][2]; /* [ar..., ag...]
                                  [alpha, 1/beta]: the last two
                                  observations (-1: none; the start value

@@ -454,8 +454,9 @@ static flx_status_t model_agree_live(flx_comm_h comm)
     return FLX_OK;
 }
 
-/* algo ran at bytes (per rank for the allgather); 1 when that is more
- * than it had run at before */
+/* algo ran at bytes (per rank for the allgather); 1 when that is at
+ * least twice what it had run at before (or the first run): a size the
+ * model's values for it were not measured near */
 static int model_ran(flx_comm_h comm, int kind, flx_algo_t algo, double bytes)
 {
     double *ran = NULL, before;
@@ -468,7 +469,7 @@ static int model_ran(flx_comm_h comm, int kind, flx_algo_t algo, double bytes)
         return 0;
     before = *ran;
     *ran = FLX_MAX(*ran, bytes);
-    return bytes > before;
+    return before <= 0 || bytes >= 2 * before;
 }
 
 static double model_median3(const double x[3])
@@ -478,8 +479,8 @@ static double model_median3(const double x[3])
     return x[2] < lo ? lo : x[2] > hi ? hi : x[2];
 }
 
-/* The first look (session 41): an algorithm's 1/beta past the largest size
- * it had run at is the fit's (at 1 MiB) or a smaller size's, carried to a
+/* The first look (session 41): an algorithm's 1/beta at twice the largest
+ * size it had run at or more is the fit's (at 1 MiB) or a smaller size's, carried to a
  * size where it may not hold, and the EWMA took several refresh periods of
  * 16 calls each to correct it: a 4-rank allreduce at 16 MiB ran the tree,
  * halving-doubling and recursive doubling 16 calls each (rd 33-111 ms
@@ -490,21 +491,32 @@ static double model_median3(const double x[3])
  * pages, or one stall, is one outlier of three), and the ranks agree at
  * once.  Every rank counts the same runs (same calls, same agreed model,
  * the dominant term judged by the start values), so they agree at the
- * same call.  0 when the call was not part of a look (learn as usual), 1
- * while a look goes on, 2 when it ended (agree now). */
+ * same call.  A look counts only runs at its first one's size or larger
+ * (the others are learnt as usual).  What is counted must not depend on
+ * the rank's own times, so a run that took no longer than alpha alone
+ * predicts (obs 0) counts too, and where the median is 0 the value stays
+ * (replaced, it would make the algorithm 1000x too fast).  0 when the
+ * call was not part of a look (learn as usual), 1 while a look goes on, 2
+ * when it ended (agree now). */
 #define MODEL_LOOK 3
+_Static_assert(MODEL_LOOK == 3, "model_median3 and model_live_t.look hold 3");
 
-static int model_look(model_live_t *lv, int idx, int fresh, double obs, model_ab_t *mine,
-                      const double lo[2], const double hi[2], double hist[2][2])
+static int model_look(model_live_t *lv, int idx, int fresh, double bytes, double obs,
+                      model_ab_t *mine, const double lo[2], const double hi[2],
+                      double hist[2][2])
 {
-    if (!fresh && lv->look_n[idx] == 0)
+    if (lv->look_n[idx] == 0 && fresh)
+        lv->look_bytes[idx] = bytes;
+    else if (lv->look_n[idx] == 0 || bytes < lv->look_bytes[idx])
         return 0;
     lv->look[idx][lv->look_n[idx]++] = obs;
     if (lv->look_n[idx] < MODEL_LOOK)
         return 1;
-    mine->inv_bw = model_clamp(model_median3(lv->look[idx]), lo[1], hi[1]);
-    hist[1][0] = lv->look[idx][1]; /* the spike filter goes on from the last two */
-    hist[1][1] = lv->look[idx][2];
+    if (model_median3(lv->look[idx]) > 0) {
+        mine->inv_bw = model_clamp(model_median3(lv->look[idx]), lo[1], hi[1]);
+        hist[1][0] = lv->look[idx][1]; /* the spike filter goes on from the last two */
+        hist[1][1] = lv->look[idx][2];
+    }
     lv->look_n[idx] = 0;
     return 2;
 }
@@ -546,8 +558,8 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
     which = model_dominant(a, b, start.alpha, start.inv_bw);
     before = *mine;
     if (which == 2 && kind == COLL_ALLREDUCE)
-        look = model_look(lv, idx, fresh, FLX_MAX(0.0, t - c0 - a * mine->alpha) / b, mine, lo,
-                          hi, hist);
+        look = model_look(lv, idx, fresh, bytes, FLX_MAX(0.0, t - c0 - a * mine->alpha) / b,
+                          mine, lo, hi, hist);
     if (look == 0)
         model_learn(&mine->alpha, &mine->inv_bw, t - c0, a, b, which, MODEL_LAMBDA, lo, hi, hist);
     /* the link's model (broadcast, the controller's sparse formulas,
@@ -794,6 +806,10 @@ static flx_status_t model_install_fitted(flx_comm_h comm, flx_link_model_t link)
     comm_set_model(comm, link, NULL, NULL);
     memcpy(ar, comm->ar, sizeof(ar));
     memcpy(ag, comm->ag, sizeof(ag));
+    /* the sizes run from here on (the fit's first): a later first run
+     * past them takes a first look at the new values */
+    memset(comm->live.ran_ar, 0, sizeof(comm->live.ran_ar));
+    memset(comm->live.ran_ag, 0, sizeof(comm->live.ran_ag));
     st = model_fit(comm, ar, ag);
     if (st == FLX_OK)
         comm_set_model(comm, link, ar, ag);

@@ -7,9 +7,6 @@
 #include <stdlib.h>
 #include <time.h>
 
-/* the watch calls only the clock and a condition wait */
-#define FLX_STALL_STACK (256 * 1024)
-
 struct flx_stall_watch {
     pthread_t thread;
     pthread_mutex_t lock;
@@ -61,7 +58,7 @@ flx_stall_watch_t *flx_stall_watch_start(void)
         goto err_free;
     pthread_mutex_init(&w->lock, NULL);
     w->last = flx_time_now();
-    if ((rc = flx_thread_start(&w->thread, stall_watch_run, w, FLX_STALL_STACK)) != 0)
+    if ((rc = flx_thread_start(&w->thread, stall_watch_run, w, 0)) != 0)
         goto err_destroy_cond;
     return w;
 err_destroy_cond:

@@ -240,10 +240,10 @@ static int info_main(int argc, char **argv)
                : "; the higher rank's long messages on the faster of the two, measured per pair "
                  "while running, FLX_TCP_LANE=auto",
            strstr(flx_build_features(), "verbs") ? ", ib" : "");
-    printf("# tcp waiting: busy-polls %.0f us (FLX_SPIN; at most 50 us where the job's ranks outnumber "
-           "their CPUs) before sleeping in poll(); with a short message (under 64 KiB) "
-           "awaited from one peer only and nothing to write, it spins on recv() alone\n",
-           cfg.spin_s * 1e6);
+    printf("# tcp waiting: busy-polls %.0f us (FLX_SPIN; at most %.0f us, FLX_SPIN_SHARED, where the "
+           "job's ranks outnumber their CPUs) before sleeping in poll(); with a short message "
+           "(under 64 KiB) awaited from one peer only and nothing to write, it spins on recv() "
+           "alone\n", cfg.spin_s * 1e6, cfg.spin_shared_s * 1e6);
     printf("# collectives: allreduce (ring, tree, rd, hd), allgather (ring, rd/Bruck), broadcast "
            "(binomial, chain), reduce_scatter (ring; small on 4+ ranks: an allreduce, rd/tree/hd, "
            "where recursive doubling's fitted alpha and beta say so), barrier (dissemination)\n");
