@@ -479,17 +479,16 @@ static double model_median3(const double x[3])
     return x[2] < lo ? lo : x[2] > hi ? hi : x[2];
 }
 
-/* The first look (session 41): an algorithm's 1/beta at twice the largest
- * size it had run at or more is the fit's (at 1 MiB) or a smaller size's, carried to a
- * size where it may not hold, and the EWMA took several refresh periods of
- * 16 calls each to correct it: a 4-rank allreduce at 16 MiB ran the tree,
- * halving-doubling and recursive doubling 16 calls each (rd 33-111 ms
- * against the tree's 21-25) before it settled, which cost a 110-call perf
- * run about a fifth of its time.  So the first MODEL_LOOK bandwidth-bound
- * runs of an algorithm that start at a size larger than any it had run at
- * replace its 1/beta with their median (a first touch of fresh scratch
- * pages, or one stall, is one outlier of three), and the ranks agree at
- * once.  Every rank counts the same runs (same calls, same agreed model,
+/* The first look (session 41): an allreduce algorithm's 1/beta at twice
+ * the largest size it had run at or more is the fit's (at 1 MiB) or a
+ * smaller size's, carried to a size where it may not hold, and the EWMA
+ * took several refresh periods of 16 calls each to correct it: a 4-rank
+ * allreduce at 16 MiB ran the tree, halving-doubling and recursive
+ * doubling 16 calls each (rd 33-111 ms a call against mostly 20-28 for
+ * the tree) before it settled.  So the first MODEL_LOOK bandwidth-bound
+ * runs of an algorithm from such a size replace its 1/beta with their
+ * median (a first touch of fresh scratch pages, or one stall, is one
+ * outlier of three), and the ranks agree at once.  Every rank counts the same runs (same calls, same agreed model,
  * the dominant term judged by the start values), so they agree at the
  * same call.  A look counts only runs at its first one's size or larger
  * (the others are learnt as usual).  What is counted must not depend on
@@ -505,6 +504,8 @@ static int model_look(model_live_t *lv, int idx, int fresh, double bytes, double
                       model_ab_t *mine, const double lo[2], const double hi[2],
                       double hist[2][2])
 {
+    double median;
+
     if (lv->look_n[idx] == 0 && fresh)
         lv->look_bytes[idx] = bytes;
     else if (lv->look_n[idx] == 0 || bytes < lv->look_bytes[idx])
@@ -512,8 +513,9 @@ static int model_look(model_live_t *lv, int idx, int fresh, double bytes, double
     lv->look[idx][lv->look_n[idx]++] = obs;
     if (lv->look_n[idx] < MODEL_LOOK)
         return 1;
-    if (model_median3(lv->look[idx]) > 0) {
-        mine->inv_bw = model_clamp(model_median3(lv->look[idx]), lo[1], hi[1]);
+    median = model_median3(lv->look[idx]);
+    if (median > 0) {
+        mine->inv_bw = model_clamp(median, lo[1], hi[1]);
         hist[1][0] = lv->look[idx][1]; /* the spike filter goes on from the last two */
         hist[1][1] = lv->look[idx][2];
     }
