@@ -52,8 +52,13 @@ static int ranges_overlap(const void *a, size_t alen, const void *b, size_t blen
 flx_algo_t comm_pick_allreduce(flx_comm_h comm, size_t count, flx_dtype_t dtype,
                                flx_algo_t algo, int run)
 {
+    const double bytes = (double)count * flx_dtype_size(dtype);
+    const double chunk = (double)comm->cfg.chunk_size;
     unsigned long call = 0; /* 0 never explores */
+    flx_algo_t best;
 
+    if (run)
+        comm->live.explored = FLX_ALGO_AUTO;
     if (algo == FLX_ALGO_AUTO)
         algo = (flx_algo_t)comm->cfg.algo;
     if (algo != FLX_ALGO_AUTO)
@@ -62,9 +67,14 @@ flx_algo_t comm_pick_allreduce(flx_comm_h comm, size_t count, flx_dtype_t dtype,
      * make the same calls), and explores only while the model learns */
     if (run && comm->cfg.model_refresh > 0)
         call = comm->live.autos++;
-    return model_pick_allreduce_explore(comm->size, (double)count * flx_dtype_size(dtype),
-                                        comm->ar, (double)comm->cfg.chunk_size, call,
+    algo = model_pick_allreduce_explore(comm->size, bytes, comm->ar, chunk, call,
                                         comm->live.ran_ar);
+    if (call > 0) { /* an exploration: its runs are a look (model.c) */
+        best = model_pick_allreduce_explore(comm->size, bytes, comm->ar, chunk, 0, NULL);
+        if (algo != best)
+            comm->live.explored = algo;
+    }
+    return algo;
 }
 
 flx_algo_t comm_pick_allgather(flx_comm_h comm, double bpr, flx_algo_t algo, int run)

@@ -65,19 +65,31 @@ flx_algo_t model_pick_allreduce_ab(int n, double bytes, const model_ab_t ar[MODE
  * except rd's 1/beta on 2 ranks, no less than the ring's (the same bytes
  * over one link). */
 model_ab_t model_allreduce_ab(flx_algo_t algo, int n, const model_ab_t ar[MODEL_NAR]);
-/* The same pick, except that the automatic choice number call (counted
- * from 0 per communicator), when call % MODEL_EXPLORE is MODEL_EXPLORE - 1,
- * runs the runner-up if it is predicted within MODEL_EXPLORE_MARGIN times
- * the best: the live model learns only from what runs, and an algorithm
- * that a stalled fit made look slow would otherwise never run again.  At
- * most 1/64 of the calls, each at most 2x the best prediction.  Only at a
- * size the runner-up has run at before, or a smaller one (ran: the largest
- * size each algorithm ran at, indexed like ar; NULL: any size): its first
- * run at a larger size would grow its scratch into fresh pages inside the
- * timed call (a 4 MiB allgather on 4 ranks: Bruck's 16 MiB, 46 ms of page
- * faults on the development VM, against 3 ms for the call). */
+/* The same pick, except on exploring calls, which run the runner-up if
+ * it is predicted within MODEL_EXPLORE_MARGIN times the best: the live
+ * model learns only from what runs, and an algorithm that a stalled fit
+ * or an unlucky look made look slow would otherwise never run again.  The
+ * automatic choice number call (counted from 0 per communicator) explores
+ * when it is one of the last MODEL_LOOK of every MODEL_EXPLORE (every
+ * MODEL_EXPLORE_FAR_EVERY when the runner-up is predicted over
+ * MODEL_EXPLORE_NEAR times the best): three runs in a row, a look whose
+ * median replaces the runner-up's 1/beta (model.c).  One run at a time,
+ * learnt through the spike filter and the EWMA, could not undo a bad
+ * estimate: with 4 ranks on 2 cores a 2 MiB allreduce stayed on the ring
+ * for 250 calls (40% slower than halving-doubling), halving-doubling run
+ * once every 64.  At most 3/64 of the calls, each at most 1.25x the best
+ * prediction, or 3/256 at most 2x.  Only at a size the runner-up has run
+ * at before, or a smaller one (ran: the largest size each algorithm ran
+ * at, indexed like ar; NULL: any size): its first run at a larger size
+ * would grow its scratch into fresh pages inside the timed call (a 4 MiB
+ * allgather on 4 ranks: Bruck's 16 MiB, 46 ms of page faults on the
+ * development VM, against 3 ms for the call).  The allgather explores one
+ * call in every MODEL_EXPLORE (it has no look). */
 #define MODEL_EXPLORE 64
 #define MODEL_EXPLORE_MARGIN 2.0
+#define MODEL_EXPLORE_NEAR 1.25
+#define MODEL_EXPLORE_FAR_EVERY 256
+#define MODEL_LOOK 3 /* runs in a look (model.c) */
 flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar[MODEL_NAR],
                                          double chunk, unsigned long call, const double *ran);
 /* The allgather's algorithms the same way: ring (index 0) and the

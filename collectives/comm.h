@@ -44,7 +44,7 @@ typedef struct {
 
 /* The allreduce algorithms with a model each: index algo - FLX_ALGO_RING;
  * the allgather's two (ring, Bruck): model_ag_index. */
-enum { MODEL_NAR = 4, MODEL_NAG = 2 };
+enum { MODEL_NAR = 4, MODEL_NAG = 2, MODEL_PERIOD_MAX = 32 };
 
 /* The live model's state on this rank (model.c). */
 typedef struct {
@@ -61,9 +61,17 @@ typedef struct {
                                  within it (the same on every rank: they
                                  make the same calls)                     */
     int look_n[MODEL_NAR];    /* each allreduce algorithm's observations
-                                 in the first look under way (model.c) */
+                                 in the look under way (model.c; -1: its
+                                 first run, left out)                    */
     double look[MODEL_NAR][3]; /* ... their 1/beta each (MODEL_LOOK)      */
     double look_bytes[MODEL_NAR]; /* ... and the size that started it    */
+    double per[MODEL_NAR][MODEL_PERIOD_MAX]; /* each allreduce algorithm's
+                                 bandwidth-bound 1/beta observations since
+                                 the last agreement (outside looks)       */
+    int per_n[MODEL_NAR];     /* ... how many (the latest MODEL_PERIOD_MAX
+                                 kept)                                    */
+    flx_algo_t explored;      /* the allreduce about to run explores this
+                                 algorithm (AUTO: it does not)            */
     double hist[MODEL_NAR + MODEL_NAG][2][2]; /* [ar..., ag...]
                                  [alpha, 1/beta]: the last two
                                  observations (-1: none; the start value

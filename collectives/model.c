@@ -165,11 +165,15 @@ double model_allreduce_time_ab(flx_algo_t algo, int n, double bytes, model_ab_t 
 /* The index of the smallest of t[0, k) (the first of equals; 1e300 and
  * above: not a candidate), or on an exploring call the runner-up's when it
  * is within MODEL_EXPLORE_MARGIN of the best and has run at bytes or more
- * (ran[i]; ran NULL: no limit).  t[0] is a candidate. */
+ * (ran[i]; ran NULL: no limit).  t[0] is a candidate.  The exploring calls
+ * are the last span of every MODEL_EXPLORE, or of every
+ * MODEL_EXPLORE_FAR_EVERY when the runner-up is predicted more than
+ * MODEL_EXPLORE_NEAR times the best. */
 static int model_pick_index(const double *t, int k, unsigned long call, const double *ran,
-                            double bytes)
+                            double bytes, int span)
 {
     int best = 0, second = -1;
+    unsigned long every;
 
     for (int i = 1; i < k; i++) {
         if (!(t[i] < 1e300))
@@ -181,10 +185,12 @@ static int model_pick_index(const double *t, int k, unsigned long call, const do
             second = i;
         }
     }
-    if (call % MODEL_EXPLORE == MODEL_EXPLORE - 1 && second >= 0 &&
-        t[second] <= MODEL_EXPLORE_MARGIN * t[best] && (ran == NULL || ran[second] >= bytes))
-        return second;
-    return best;
+    if (second < 0 || !(t[second] <= MODEL_EXPLORE_MARGIN * t[best]) ||
+        (ran != NULL && ran[second] < bytes))
+        return best;
+    every = span > 1 && t[second] > MODEL_EXPLORE_NEAR * t[best] ? MODEL_EXPLORE_FAR_EVERY
+                                                                 : MODEL_EXPLORE;
+    return call % every >= every - (unsigned long)span ? second : best;
 }
 
 /* With 2 ranks recursive doubling and the ring move the same bytes over
@@ -224,7 +230,8 @@ flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar
                    : model_allreduce_time_ab(algo, n, bytes, model_allreduce_ab(algo, n, ar),
                                              chunk);
     }
-    return (flx_algo_t)(FLX_ALGO_RING + model_pick_index(t, MODEL_NAR, call, ran, bytes));
+    return (flx_algo_t)(FLX_ALGO_RING +
+                        model_pick_index(t, MODEL_NAR, call, ran, bytes, MODEL_LOOK));
 }
 
 /* The log-step allgather moves the same blocks over the same links as the
@@ -256,7 +263,7 @@ flx_algo_t model_pick_allgather_explore(int n, double bpr, const model_ab_t ag[M
                                : model_allgather_time_ab(FLX_ALGO_RD, n, bpr,
                                                          model_allgather_ab(FLX_ALGO_RD, ag))};
 
-    return model_pick_index(t, MODEL_NAG, call, ran, bpr) ? FLX_ALGO_RD : FLX_ALGO_RING;
+    return model_pick_index(t, MODEL_NAG, call, ran, bpr, 1) ? FLX_ALGO_RD : FLX_ALGO_RING;
 }
 
 flx_algo_t model_pick_allreduce_ab(int n, double bytes, const model_ab_t ar[MODEL_NAR], double chunk)
@@ -363,6 +370,7 @@ static void model_live_start(flx_comm_h comm)
         lv->ag[i] = lv->ag0[i] = comm->ag[i];
     lv->nbw = lv->nlat = 0;
     memset(lv->look_n, 0, sizeof(lv->look_n));
+    memset(lv->per_n, 0, sizeof(lv->per_n));
     /* the filter's history starts with the start values: a first stalled
      * run moves nothing either */
     for (int i = 0; i < MODEL_NAR + MODEL_NAG; i++) {
@@ -396,6 +404,36 @@ void comm_set_model(flx_comm_h comm, flx_link_model_t link, const model_ab_t ar[
     pthread_mutex_unlock(&comm->lock);
 }
 
+/* An allreduce algorithm that ran bandwidth-bound MODEL_PERIOD_MIN times
+ * or more since the last agreement takes the median of those runs as its
+ * 1/beta, in place of the EWMA.  The EWMA (a quarter to the newest run,
+ * after a median-of-3 filter) let a stretch of a few slow calls through:
+ * 4 ranks on 2 cores, a 2 MiB allreduce, halving-doubling's agreed
+ * 1.2-1.5 GB/s fell to 0.52 in one period of 16 calls, the tree took
+ * over (1.5x slower) and halving-doubling, now predicted over 2x slower,
+ * was never explored again.  The median of the period holds while fewer
+ * than half its runs are slow.  Fewer runs (an algorithm explored, or
+ * picked only at the end of a period) keep the EWMA. */
+#define MODEL_PERIOD_MIN 5
+static void model_period_medians(model_live_t *lv)
+{
+    for (int i = 0; i < MODEL_NAR; i++) {
+        int n = FLX_MIN(lv->per_n[i], MODEL_PERIOD_MAX);
+        double x[MODEL_PERIOD_MAX], lo[2], hi[2], median;
+
+        lv->per_n[i] = 0;
+        if (n < MODEL_PERIOD_MIN)
+            continue;
+        memcpy(x, lv->per[i], (size_t)n * sizeof(double));
+        qsort(x, (size_t)n, sizeof(double), cmp_double);
+        median = n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+        if (!(median > 0))
+            continue; /* every run within alpha: as in the look */
+        model_bounds(lv->ar0[i], lo, hi);
+        lv->ar[i].inv_bw = model_clamp(median, lo[1], hi[1]);
+    }
+}
+
 /* every rank's EWMAs in, on every rank the largest 1/beta and the
  * smallest alpha out (alpha as -alpha, so that one MAX does both).  The
  * time of a latency-bound call includes this rank's wait for the last
@@ -412,6 +450,7 @@ static flx_status_t model_agree_live(flx_comm_h comm)
     flx_link_model_t link;
     flx_status_t st;
 
+    model_period_medians(lv);
     vals[0] = -lv->link.alpha;
     vals[1] = lv->link.inv_bw;
     for (int i = 0; i < MODEL_NAR + MODEL_NAG; i++) {
@@ -485,31 +524,47 @@ static double model_median3(const double x[3])
  * took several refresh periods of 16 calls each to correct it: a 4-rank
  * allreduce at 16 MiB ran the tree, halving-doubling and recursive
  * doubling 16 calls each (rd 33-111 ms a call against mostly 20-28 for
- * the tree) before it settled.  So the first MODEL_LOOK bandwidth-bound
- * runs of an algorithm from such a size replace its 1/beta with their
- * median (a first touch of fresh scratch pages, or one stall, is one
- * outlier of three), and the ranks agree at once.  Every rank counts the same runs (same calls, same agreed model,
- * the dominant term judged by the start values), so they agree at the
- * same call.  A look counts only runs at its first one's size or larger
- * (the others are learnt as usual).  What is counted must not depend on
- * the rank's own times, so a run that took no longer than alpha alone
- * predicts (obs 0) counts too, and where the median is 0 the value stays
- * (replaced, it would make the algorithm 1000x too fast).  0 when the
+ * the tree) before it settled.  So MODEL_LOOK bandwidth-bound runs of an
+ * algorithm from such a size replace its 1/beta with their median (one
+ * stall is one outlier of three), and the ranks agree at once.  The first
+ * run at the new size is left out (LOOK_SKIP): it pays for cold pages on
+ * every rank (4 ranks on 2 cores, 2 MiB: 20-27 ms where a warm run takes
+ * 2-3), and the ranks it leaves apart make the second one slow on some of
+ * them too (5-11 ms); counted, two outliers of three made the first
+ * algorithm tried there look 2-5x too slow, out of the race for good (a
+ * 2 MiB allreduce ran the tree, 1.7x slower, for 230 calls of 280).  An
+ * exploration (coll.h: MODEL_LOOK runs of the runner-up in a row, at a
+ * size it has run at) is a look as well, without the skip.  Every rank
+ * counts the same runs (same calls, same agreed model, the dominant term
+ * judged by the start values), so they agree at the same call.  A look
+ * counts only runs at its first one's size or larger (the others are
+ * learnt as usual).  What is counted must not depend on the rank's own
+ * times, so a run that took no longer than alpha alone predicts (obs 0)
+ * counts too, and where the median is 0 the value stays (replaced, it
+ * would make the algorithm 1000x too fast).  start: LOOK_EXPLORE or
+ * LOOK_FRESH when this run may start a look, else 0.  Returns 0 when the
  * call was not part of a look (learn as usual), 1 while a look goes on, 2
  * when it ended (agree now). */
-#define MODEL_LOOK 3
 _Static_assert(MODEL_LOOK == 3, "model_median3 and model_live_t.look hold 3");
+enum { LOOK_EXPLORE = 1, LOOK_FRESH = 2, LOOK_SKIP = -1 };
 
-static int model_look(model_live_t *lv, int idx, int fresh, double bytes, double obs,
+static int model_look(model_live_t *lv, int idx, int start, double bytes, double obs,
                       model_ab_t *mine, const double lo[2], const double hi[2],
                       double hist[2][2])
 {
     double median;
 
-    if (lv->look_n[idx] == 0 && fresh)
+    if (lv->look_n[idx] == 0 && start) {
         lv->look_bytes[idx] = bytes;
-    else if (lv->look_n[idx] == 0 || bytes < lv->look_bytes[idx])
+        if (start == LOOK_FRESH) {
+            lv->look_n[idx] = LOOK_SKIP;
+            return 1;
+        }
+    } else if (lv->look_n[idx] == 0 || bytes < lv->look_bytes[idx]) {
         return 0;
+    }
+    if (lv->look_n[idx] == LOOK_SKIP)
+        lv->look_n[idx] = 0;
     lv->look[idx][lv->look_n[idx]++] = obs;
     if (lv->look_n[idx] < MODEL_LOOK)
         return 1;
@@ -530,8 +585,11 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
     model_ab_t *mine, start, before;
     double (*hist)[2];
     int which, look = 0, ai = (int)algo - FLX_ALGO_RING, gi = model_ag_index(algo), idx;
-    int fresh = model_ran(comm, kind, algo, bytes);
+    int look_start = model_ran(comm, kind, algo, bytes) ? LOOK_FRESH : 0;
 
+    if (kind == COLL_ALLREDUCE && lv->explored == algo && !look_start)
+        look_start = LOOK_EXPLORE; /* an exploration is a look (coll.h) */
+    lv->explored = FLX_ALGO_AUTO;
     if (comm->cfg.model_refresh <= 0 || comm->size < 2 || !(bytes > 0))
         return FLX_OK;
     if (!lv->started)
@@ -560,10 +618,13 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
     which = model_dominant(a, b, start.alpha, start.inv_bw);
     before = *mine;
     if (which == 2 && kind == COLL_ALLREDUCE)
-        look = model_look(lv, idx, fresh, bytes, FLX_MAX(0.0, t - c0 - a * mine->alpha) / b,
+        look = model_look(lv, idx, look_start, bytes, FLX_MAX(0.0, t - c0 - a * mine->alpha) / b,
                           mine, lo, hi, hist);
     if (look == 0)
         model_learn(&mine->alpha, &mine->inv_bw, t - c0, a, b, which, MODEL_LAMBDA, lo, hi, hist);
+    if (look == 0 && which == 2 && kind == COLL_ALLREDUCE && t >= 0)
+        lv->per[idx][lv->per_n[idx]++ % MODEL_PERIOD_MAX] =
+            FLX_MAX(0.0, t - c0 - a * before.alpha) / b;
     /* the link's model (broadcast, the controller's sparse formulas,
      * flx_comm_link_model) follows every algorithm's traffic, by the same
      * ratio as the term that learnt */

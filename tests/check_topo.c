@@ -642,8 +642,10 @@ START_TEST(test_model_spike_filter)
 }
 END_TEST
 
-/* Exploration: once every MODEL_EXPLORE automatic choices the runner-up
- * runs, if it is predicted within MODEL_EXPLORE_MARGIN of the best. */
+/* Exploration: the last MODEL_LOOK of every MODEL_EXPLORE automatic
+ * choices run the runner-up (a look) when it is predicted within
+ * MODEL_EXPLORE_NEAR of the best, of every MODEL_EXPLORE_FAR_EVERY when
+ * within MODEL_EXPLORE_MARGIN. */
 START_TEST(test_model_explore)
 {
     model_ab_t ar[MODEL_NAR];
@@ -657,48 +659,61 @@ START_TEST(test_model_explore)
                      FLX_ALGO_HD);
     ar[FLX_ALGO_HD - FLX_ALGO_RING].inv_bw = 3.0 / BETA; /* 4.5 S/beta: out of the race */
     /* 64 MiB on 4 ranks: the ring is best (1.5 S/beta), rd (2 S/beta) the
-     * runner-up, within 2x, the tree (3 S/beta) last */
+     * runner-up, within 2x but not 1.25x, the tree (3 S/beta) last */
     ck_assert_int_eq(model_pick_allreduce_ab(4, s, ar, CHUNK), FLX_ALGO_RING);
     ck_assert(model_allreduce_time_ab(FLX_ALGO_RD, 4, s, ar[2], CHUNK) <
               model_allreduce_time_ab(FLX_ALGO_TREE, 4, s, ar[1], CHUNK));
-    for (unsigned long call = 0; call < 10 * MODEL_EXPLORE; call++) {
+    for (unsigned long call = 0; call < 10 * MODEL_EXPLORE_FAR_EVERY; call++) {
         flx_algo_t a = model_pick_allreduce_explore(4, s, ar, CHUNK, call, NULL);
-        if (call % MODEL_EXPLORE == MODEL_EXPLORE - 1) {
+        if (call % MODEL_EXPLORE_FAR_EVERY >= MODEL_EXPLORE_FAR_EVERY - MODEL_LOOK) {
             ck_assert_int_eq(a, FLX_ALGO_RD);
             explored++;
         } else {
             ck_assert_int_eq(a, FLX_ALGO_RING);
         }
     }
-    ck_assert_int_eq(explored, 10);
+    ck_assert_int_eq(explored, 10 * MODEL_LOOK);
+    /* rd within 1.25x of the ring (1.2x): MODEL_LOOK runs of every MODEL_EXPLORE */
+    ar[FLX_ALGO_RD - FLX_ALGO_RING].inv_bw = 0.9 / BETA;
+    explored = 0;
+    for (unsigned long call = 0; call < 10 * MODEL_EXPLORE; call++) {
+        flx_algo_t a = model_pick_allreduce_explore(4, s, ar, CHUNK, call, NULL);
+        int want = call % MODEL_EXPLORE >= MODEL_EXPLORE - MODEL_LOOK;
+        ck_assert_int_eq(a, want ? FLX_ALGO_RD : FLX_ALGO_RING);
+        explored += want;
+    }
+    ck_assert_int_eq(explored, 10 * MODEL_LOOK);
+    ar[FLX_ALGO_RD - FLX_ALGO_RING].inv_bw = 1.0 / BETA;
     /* only at sizes the runner-up has run at: rd up to 16 MiB, so not at
      * 64 MiB; up to 64 MiB, so there too */
     {
         double ran[MODEL_NAR] = {s, s, 16.0 * (1 << 20), s};
-        for (unsigned long call = 0; call < 2 * MODEL_EXPLORE; call++)
+        for (unsigned long call = 0; call < 2 * MODEL_EXPLORE_FAR_EVERY; call++)
             ck_assert_int_eq(model_pick_allreduce_explore(4, s, ar, CHUNK, call, ran),
                              FLX_ALGO_RING);
         ran[2] = s;
-        ck_assert_int_eq(model_pick_allreduce_explore(4, s, ar, CHUNK, MODEL_EXPLORE - 1, ran),
+        ck_assert_int_eq(model_pick_allreduce_explore(4, s, ar, CHUNK, MODEL_EXPLORE_FAR_EVERY - 1,
+                                                      ran),
                          FLX_ALGO_RD);
-        ck_assert_int_eq(model_pick_allreduce_explore(4, s / 2, ar, CHUNK, MODEL_EXPLORE - 1, ran),
+        ck_assert_int_eq(model_pick_allreduce_explore(4, s / 2, ar, CHUNK,
+                                                      MODEL_EXPLORE_FAR_EVERY - 1, ran),
                          FLX_ALGO_RD);
     }
     /* a runner-up predicted more than 2x slower is never run */
     ar[FLX_ALGO_TREE - FLX_ALGO_RING].inv_bw = 3.0 / BETA;
     ar[FLX_ALGO_RD - FLX_ALGO_RING].inv_bw = 3.0 / BETA;
-    for (unsigned long call = 0; call < 2 * MODEL_EXPLORE; call++)
+    for (unsigned long call = 0; call < 2 * MODEL_EXPLORE_FAR_EVERY; call++)
         ck_assert_int_eq(model_pick_allreduce_explore(4, s, ar, CHUNK, call, NULL), FLX_ALGO_RING);
     /* 2 ranks: the tree is never the runner-up either */
     for (int i = 0; i < MODEL_NAR; i++)
         ar[i] = (model_ab_t){ALPHA, 1.0 / BETA};
     ar[FLX_ALGO_TREE - FLX_ALGO_RING] = (model_ab_t){ALPHA / 100, 0.01 / BETA};
-    for (unsigned long call = 0; call < 2 * MODEL_EXPLORE; call++)
+    for (unsigned long call = 0; call < 2 * MODEL_EXPLORE_FAR_EVERY; call++)
         ck_assert_int_ne(model_pick_allreduce_explore(2, 8, ar, CHUNK, call, NULL), FLX_ALGO_TREE);
     /* ... nor hd, at any size, however cheap its fit */
     ar[FLX_ALGO_HD - FLX_ALGO_RING] = (model_ab_t){ALPHA / 100, 0.01 / BETA};
     for (double b = 8; b <= 1e9; b *= 7.1)
-        for (unsigned long call = 0; call < 2 * MODEL_EXPLORE; call++)
+        for (unsigned long call = 0; call < 2 * MODEL_EXPLORE_FAR_EVERY; call++)
             ck_assert_int_ne(model_pick_allreduce_explore(2, b, ar, CHUNK, call, NULL),
                              FLX_ALGO_HD);
     ar[FLX_ALGO_TREE - FLX_ALGO_RING] = (model_ab_t){ALPHA, 1.0 / BETA};
