@@ -202,13 +202,22 @@ static int model_pick_index(const double *t, int k, unsigned long call, const do
  * rd measured 1.5-2.5x the ring's time at 2-4 MiB while the fits had them
  * level, so the live refresh flipped the choice between the two there on
  * noise.  Its own 1/beta still counts when larger: a slow rd that is
- * explored is seen and stays unpicked. */
+ * explored is seen and stays unpicked.  With N a power of two from 4 up,
+ * rd and halving-doubling exchange over the same pairs in chunks of the
+ * same size, rd the whole vector at every step and halving-doubling half
+ * of what is left, so rd's 1/beta is taken as no less than
+ * halving-doubling's: its fit at 1 MiB on 4 ranks came out 2-3x faster per
+ * byte than halving-doubling's (3.1-4 against 1.2-2 GB/s) where at 2 MiB
+ * it measured slower (1.1 against 1.5), so it was tried there first
+ * (a look of four runs) at each new size. */
 model_ab_t model_allreduce_ab(flx_algo_t algo, int n, const model_ab_t ar[MODEL_NAR])
 {
     model_ab_t ab = ar[algo - FLX_ALGO_RING];
 
     if (n == 2 && algo == FLX_ALGO_RD)
         ab.inv_bw = FLX_MAX(ab.inv_bw, ar[0].inv_bw);
+    if (n >= 4 && (n & (n - 1)) == 0 && algo == FLX_ALGO_RD)
+        ab.inv_bw = FLX_MAX(ab.inv_bw, ar[FLX_ALGO_HD - FLX_ALGO_RING].inv_bw);
     return ab;
 }
 

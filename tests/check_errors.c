@@ -527,9 +527,13 @@ END_TEST
 
 /* rank 2 is not a rank: it plays four strangers at the root (one a rank of
  * an older build, which the root names once) before the
- * real rank 1 arrives; ranks 0 and 1 must form their job regardless */
+ * real rank 1 arrives (rank 2 creates the file arg names once the root has
+ * refused the last of them; a fixed head start could run out on a loaded
+ * machine); ranks 0 and 1 must form their job regardless */
+#define STRANGERS_WAIT_S 20.0
 static int raw_strangers(int rank, int size, const char *root, void *arg)
 {
+    const char *ready = arg;
     sock_addr_t addr;
     flx_comm_h comm;
     flx_status_t st;
@@ -567,6 +571,7 @@ static int raw_strangers(int rank, int size, const char *root, void *arg)
         st = auth_connect(fd_wrong, &wrong, AUTH_PURPOSE_BOOT, 1, 2, deadline);
         if (st != FLX_ERR_AUTH)
             return mp_fail(rank, "wrong secret was not refused: %s", flx_status_string(st));
+        close(open(ready, O_CREAT | O_WRONLY, 0600));
         sleep(3);
         close(fd_silent);
         close(fd_garbage);
@@ -574,8 +579,13 @@ static int raw_strangers(int rank, int size, const char *root, void *arg)
         close(fd_old);
         return 0;
     }
-    if (rank == 1)
-        usleep(500000); /* let the strangers in first */
+    if (rank == 1) { /* let the strangers in first */
+        double until = flx_time_now() + STRANGERS_WAIT_S;
+        while (access(ready, F_OK) != 0 && flx_time_now() < until)
+            usleep(10000);
+        if (access(ready, F_OK) != 0)
+            return mp_fail(rank, "the strangers did not get in within %.0f s", STRANGERS_WAIT_S);
+    }
     if (rank == 0)
         saved = mp_capture_start(path);
     st = mp_comm_create(rank, 2, root, &comm);
@@ -593,11 +603,17 @@ static int raw_strangers(int rank, int size, const char *root, void *arg)
 
 START_TEST(test_strangers)
 {
-    int codes[3];
+    int codes[3], fd;
+    char ready[] = "/tmp/flx-strangers-ready-XXXXXX";
 
+    fd = mkstemp(ready); /* a fresh name; rank 2 creates the file */
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    unlink(ready);
     setenv("FLX_HANDSHAKE_TIMEOUT", "1s", 1);
-    ck_assert_int_eq(mp_run_raw(3, raw_strangers, NULL, 60, codes), 0);
+    ck_assert_int_eq(mp_run_raw(3, raw_strangers, ready, 60, codes), 0);
     unsetenv("FLX_HANDSHAKE_TIMEOUT");
+    unlink(ready);
 }
 END_TEST
 

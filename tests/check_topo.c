@@ -594,6 +594,16 @@ START_TEST(test_model_fit_per_algorithm)
         ck_assert_int_eq(model_pick_allreduce_ab(2, s, ar, CHUNK), FLX_ALGO_RING);
     /* on 3 ranks its own constants stand */
     ck_assert_int_eq(model_pick_allreduce_ab(3, 1e6, ar, CHUNK), FLX_ALGO_RD);
+    /* on 4 and 8 ranks rd's 1/beta is no less than halving-doubling's (the
+     * same pairs; rd moves the whole vector each step): the cheap fit does
+     * not take it past the latency-bound sizes, where it still wins */
+    for (int n = 4; n <= 8; n *= 2) {
+        ck_assert(model_allreduce_ab(FLX_ALGO_RD, n, ar).inv_bw == 1.0 / BETA);
+        ck_assert_int_eq(model_pick_allreduce_ab(n, 8, ar, CHUNK), FLX_ALGO_RD);
+        for (double s = 1e6; s <= 1e9; s *= 1.7)
+            ck_assert_int_ne(model_pick_allreduce_ab(n, s, ar, CHUNK), FLX_ALGO_RD);
+    }
+    ck_assert(model_allreduce_ab(FLX_ALGO_RD, 6, ar).inv_bw == 0.25 / BETA);
     /* a latency above the chunk's reduction time (60 us > 26 us) makes rd
      * the cheaper at every size by the ring's 1/beta; an rd seen moving
      * bytes twice as slowly as the ring is not picked at large sizes */
@@ -657,7 +667,9 @@ START_TEST(test_model_explore)
     /* with the same constants hd is the runner-up on 4 ranks at 64 MiB */
     ck_assert_int_eq(model_pick_allreduce_explore(4, s, ar, CHUNK, MODEL_EXPLORE - 1, NULL),
                      FLX_ALGO_HD);
-    ar[FLX_ALGO_HD - FLX_ALGO_RING].inv_bw = 3.0 / BETA; /* 4.5 S/beta: out of the race */
+    /* hd out of the race by a second a step; its cheap 1/beta is rd's
+     * floor on 4 ranks (model_allreduce_ab), below rd's own */
+    ar[FLX_ALGO_HD - FLX_ALGO_RING] = (model_ab_t){1.0, 0.5 / BETA};
     /* 64 MiB on 4 ranks: the ring is best (1.5 S/beta), rd (2 S/beta) the
      * runner-up, within 2x but not 1.25x, the tree (3 S/beta) last */
     ck_assert_int_eq(model_pick_allreduce_ab(4, s, ar, CHUNK), FLX_ALGO_RING);
