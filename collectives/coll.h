@@ -63,7 +63,9 @@ double model_allreduce_time_ab(flx_algo_t algo, int n, double bytes, model_ab_t 
 flx_algo_t model_pick_allreduce_ab(int n, double bytes, const model_ab_t ar[MODEL_NAR], double chunk);
 /* The (alpha, 1/beta) the prediction of algo on n ranks uses: its own,
  * except rd's 1/beta on 2 ranks, no less than the ring's (the same bytes
- * over one link). */
+ * over one link), and on a power of two from 4 up, no less than
+ * halving-doubling's (the same pairs, rd moving the whole vector each
+ * step).  The reduce-scatter's choice costs rd with it too. */
 model_ab_t model_allreduce_ab(flx_algo_t algo, int n, const model_ab_t ar[MODEL_NAR]);
 /* The same pick, except on exploring calls, which run the runner-up if
  * it is predicted within MODEL_EXPLORE_MARGIN times the best: the live
@@ -89,6 +91,7 @@ model_ab_t model_allreduce_ab(flx_algo_t algo, int n, const model_ab_t ar[MODEL_
 #define MODEL_EXPLORE_MARGIN 2.0
 #define MODEL_EXPLORE_NEAR 1.25
 #define MODEL_EXPLORE_FAR_EVERY 256
+_Static_assert(MODEL_EXPLORE_FAR_EVERY % MODEL_EXPLORE == 0, "an exploring call is one of the last MODEL_LOOK of every MODEL_EXPLORE");
 #define MODEL_LOOK 3 /* runs in a look (model.c) */
 flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar[MODEL_NAR],
                                          double chunk, unsigned long call, const double *ran);

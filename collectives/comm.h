@@ -68,10 +68,14 @@ typedef struct {
     double per[MODEL_NAR][MODEL_PERIOD_MAX]; /* each allreduce algorithm's
                                  bandwidth-bound 1/beta observations since
                                  the last agreement (outside looks)       */
+    double per_bytes[MODEL_NAR][MODEL_PERIOD_MAX]; /* ... and their sizes */
     int per_n[MODEL_NAR];     /* ... how many (the latest MODEL_PERIOD_MAX
                                  kept)                                    */
     flx_algo_t explored;      /* the allreduce about to run explores this
                                  algorithm (AUTO: it does not)            */
+    int explore_first;        /* ... and is the first of its exploration  */
+    flx_algo_t explored_last; /* what the last automatic allreduce
+                                 explored (AUTO: none)                    */
     double hist[MODEL_NAR + MODEL_NAG][2][2]; /* [ar..., ag...]
                                  [alpha, 1/beta]: the last two
                                  observations (-1: none; the start value

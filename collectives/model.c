@@ -414,32 +414,42 @@ void comm_set_model(flx_comm_h comm, flx_link_model_t link, const model_ab_t ar[
 }
 
 /* An allreduce algorithm that ran bandwidth-bound MODEL_PERIOD_MIN times
- * or more since the last agreement takes the median of those runs as its
- * 1/beta, in place of the EWMA.  The EWMA (a quarter to the newest run,
+ * or more since the last agreement (outside looks, at half the largest
+ * such size of the period or more, the latest MODEL_PERIOD_MAX) takes the
+ * median of those runs as its 1/beta, in place of the EWMA; the link's
+ * 1/beta moves by the same ratio.  The EWMA (a quarter to the newest run,
  * after a median-of-3 filter) let a stretch of a few slow calls through:
  * 4 ranks on 2 cores, a 2 MiB allreduce, halving-doubling's agreed
  * 1.2-1.5 GB/s fell to 0.52 in one period of 16 calls, the tree took
  * over (1.5x slower) and halving-doubling, now predicted over 2x slower,
  * was never explored again.  The median of the period holds while fewer
  * than half its runs are slow.  Fewer runs (an algorithm explored, or
- * picked only at the end of a period) keep the EWMA. */
+ * picked only at the end of a period) keep the EWMA.  A look that ends
+ * empties its algorithm's period (model_observe): its median stands. */
 #define MODEL_PERIOD_MIN 5
 static void model_period_medians(model_live_t *lv)
 {
     for (int i = 0; i < MODEL_NAR; i++) {
-        int n = FLX_MIN(lv->per_n[i], MODEL_PERIOD_MAX);
-        double x[MODEL_PERIOD_MAX], lo[2], hi[2], median;
+        int n = FLX_MIN(lv->per_n[i], MODEL_PERIOD_MAX), m = 0;
+        double x[MODEL_PERIOD_MAX], lo[2], hi[2], median, largest = 0, before;
 
         lv->per_n[i] = 0;
-        if (n < MODEL_PERIOD_MIN)
+        for (int k = 0; k < n; k++)
+            largest = FLX_MAX(largest, lv->per_bytes[i][k]);
+        for (int k = 0; k < n; k++)
+            if (lv->per_bytes[i][k] >= largest / 2)
+                x[m++] = lv->per[i][k];
+        if (m < MODEL_PERIOD_MIN)
             continue;
-        memcpy(x, lv->per[i], (size_t)n * sizeof(double));
-        qsort(x, (size_t)n, sizeof(double), cmp_double);
-        median = n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+        qsort(x, (size_t)m, sizeof(double), cmp_double);
+        median = m % 2 ? x[m / 2] : 0.5 * (x[m / 2 - 1] + x[m / 2]);
         if (!(median > 0))
             continue; /* every run within alpha: as in the look */
         model_bounds(lv->ar0[i], lo, hi);
+        before = lv->ar[i].inv_bw;
         lv->ar[i].inv_bw = model_clamp(median, lo[1], hi[1]);
+        model_bounds(lv->link0, lo, hi);
+        lv->link.inv_bw = model_clamp(lv->link.inv_bw * lv->ar[i].inv_bw / before, lo[1], hi[1]);
     }
 }
 
@@ -550,8 +560,9 @@ static double model_median3(const double x[3])
  * learnt as usual).  What is counted must not depend on the rank's own
  * times, so a run that took no longer than alpha alone predicts (obs 0)
  * counts too, and where the median is 0 the value stays (replaced, it
- * would make the algorithm 1000x too fast).  start: LOOK_EXPLORE or
- * LOOK_FRESH when this run may start a look, else 0.  Returns 0 when the
+ * would make the algorithm 1000x too fast).  start: LOOK_FRESH or
+ * LOOK_EXPLORE when this run starts a look (a look under way is dropped),
+ * else 0.  Returns 0 when the
  * call was not part of a look (learn as usual), 1 while a look goes on, 2
  * when it ended (agree now). */
 _Static_assert(MODEL_LOOK == 3, "model_median3 and model_live_t.look hold 3");
@@ -563,12 +574,11 @@ static int model_look(model_live_t *lv, int idx, int start, double bytes, double
 {
     double median;
 
-    if (lv->look_n[idx] == 0 && start) {
+    if (start) { /* a new look, whatever one was under way */
         lv->look_bytes[idx] = bytes;
-        if (start == LOOK_FRESH) {
-            lv->look_n[idx] = LOOK_SKIP;
+        lv->look_n[idx] = start == LOOK_FRESH ? LOOK_SKIP : 0;
+        if (start == LOOK_FRESH)
             return 1;
-        }
     } else if (lv->look_n[idx] == 0 || bytes < lv->look_bytes[idx]) {
         return 0;
     }
@@ -596,8 +606,9 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
     int which, look = 0, ai = (int)algo - FLX_ALGO_RING, gi = model_ag_index(algo), idx;
     int look_start = model_ran(comm, kind, algo, bytes) ? LOOK_FRESH : 0;
 
-    if (kind == COLL_ALLREDUCE && lv->explored == algo && !look_start)
-        look_start = LOOK_EXPLORE; /* an exploration is a look (coll.h) */
+    /* the first run of an exploration starts a look (coll.h) */
+    if (kind == COLL_ALLREDUCE && lv->explored == algo && lv->explore_first && !look_start)
+        look_start = LOOK_EXPLORE;
     lv->explored = FLX_ALGO_AUTO;
     if (comm->cfg.model_refresh <= 0 || comm->size < 2 || !(bytes > 0))
         return FLX_OK;
@@ -631,9 +642,13 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
                           mine, lo, hi, hist);
     if (look == 0)
         model_learn(&mine->alpha, &mine->inv_bw, t - c0, a, b, which, MODEL_LAMBDA, lo, hi, hist);
-    if (look == 0 && which == 2 && kind == COLL_ALLREDUCE && t >= 0)
-        lv->per[idx][lv->per_n[idx]++ % MODEL_PERIOD_MAX] =
-            FLX_MAX(0.0, t - c0 - a * before.alpha) / b;
+    if (look == 0 && which == 2 && kind == COLL_ALLREDUCE && t - c0 >= 0) {
+        int k = lv->per_n[idx]++ % MODEL_PERIOD_MAX;
+        lv->per[idx][k] = FLX_MAX(0.0, t - c0 - a * before.alpha) / b;
+        lv->per_bytes[idx][k] = bytes;
+    }
+    if (look == 2)
+        lv->per_n[idx] = 0; /* the look's median stands (model_period_medians) */
     /* the link's model (broadcast, the controller's sparse formulas,
      * flx_comm_link_model) follows every algorithm's traffic, by the same
      * ratio as the term that learnt */
