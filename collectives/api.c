@@ -55,10 +55,10 @@ flx_algo_t comm_pick_allreduce(flx_comm_h comm, size_t count, flx_dtype_t dtype,
     const double bytes = (double)count * flx_dtype_size(dtype);
     const double chunk = (double)comm->cfg.chunk_size;
     unsigned long call = 0; /* 0 never explores */
-    flx_algo_t best, before = comm->live.explored_last;
+    flx_algo_t best, before = comm->live.explored; /* the last run's */
 
     if (run)
-        comm->live.explored = comm->live.explored_last = FLX_ALGO_AUTO;
+        comm->live.explored = FLX_ALGO_AUTO;
     if (algo == FLX_ALGO_AUTO)
         algo = (flx_algo_t)comm->cfg.algo;
     if (algo != FLX_ALGO_AUTO)
@@ -75,7 +75,7 @@ flx_algo_t comm_pick_allreduce(flx_comm_h comm, size_t count, flx_dtype_t dtype,
     if (call % MODEL_EXPLORE >= MODEL_EXPLORE - MODEL_LOOK) {
         best = model_pick_allreduce_explore(comm->size, bytes, comm->ar, chunk, 0, NULL);
         if (algo != best) {
-            comm->live.explored = comm->live.explored_last = algo;
+            comm->live.explored = algo;
             comm->live.explore_first = before != algo;
         }
     }

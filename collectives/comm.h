@@ -71,11 +71,10 @@ typedef struct {
     double per_bytes[MODEL_NAR][MODEL_PERIOD_MAX]; /* ... and their sizes */
     int per_n[MODEL_NAR];     /* ... how many (the latest MODEL_PERIOD_MAX
                                  kept)                                    */
-    flx_algo_t explored;      /* the allreduce about to run explores this
-                                 algorithm (AUTO: it does not)            */
+    flx_algo_t explored;      /* the allreduce running (or the last one
+                                 run) explores this algorithm (AUTO: not);
+                                 set by every pick for a call that runs  */
     int explore_first;        /* ... and is the first of its exploration  */
-    flx_algo_t explored_last; /* what the last automatic allreduce
-                                 explored (AUTO: none)                    */
     double hist[MODEL_NAR + MODEL_NAG][2][2]; /* [ar..., ag...]
                                  [alpha, 1/beta]: the last two
                                  observations (-1: none; the start value

@@ -609,7 +609,6 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
     /* the first run of an exploration starts a look (coll.h) */
     if (kind == COLL_ALLREDUCE && lv->explored == algo && lv->explore_first && !look_start)
         look_start = LOOK_EXPLORE;
-    lv->explored = FLX_ALGO_AUTO;
     if (comm->cfg.model_refresh <= 0 || comm->size < 2 || !(bytes > 0))
         return FLX_OK;
     if (!lv->started)
