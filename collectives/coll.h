@@ -68,19 +68,24 @@ flx_algo_t model_pick_allreduce_ab(int n, double bytes, const model_ab_t ar[MODE
  * step).  The reduce-scatter's choice costs rd with it too. */
 model_ab_t model_allreduce_ab(flx_algo_t algo, int n, const model_ab_t ar[MODEL_NAR]);
 /* The same pick, except on exploring calls, which run the runner-up if
- * it is predicted within MODEL_EXPLORE_MARGIN times the best: the live
- * model learns only from what runs, and an algorithm that a stalled fit
- * or an unlucky look made look slow would otherwise never run again.  The
- * automatic choice number call (counted from 0 per communicator) explores
- * when it is one of the last MODEL_LOOK of every MODEL_EXPLORE (every
- * MODEL_EXPLORE_FAR_EVERY when the runner-up is predicted over
- * MODEL_EXPLORE_NEAR times the best): three runs in a row, a look whose
- * median replaces the runner-up's 1/beta (model.c).  One run at a time,
- * learnt through the spike filter and the EWMA, could not undo a bad
- * estimate: with 4 ranks on 2 cores a 2 MiB allreduce stayed on the ring
- * for 250 calls (40% slower than halving-doubling), halving-doubling run
- * once every 64.  At most 3/64 of the calls, each at most 1.25x the best
- * prediction, or 3/256 at most 2x.  Only at a size the runner-up has run
+ * it is predicted within MODEL_EXPLORE_MARGIN times the best (the
+ * allreduce: MODEL_EXPLORE_RARE_MARGIN): the live model learns only from
+ * what runs, and an algorithm that a stalled fit or an unlucky look made
+ * look slow would otherwise never run again.  The automatic choice number
+ * call (counted from 0 per communicator) explores when it is one of the
+ * last MODEL_LOOK of every MODEL_EXPLORE (every MODEL_EXPLORE_FAR_EVERY
+ * when the runner-up is predicted over MODEL_EXPLORE_NEAR times the best,
+ * every MODEL_EXPLORE_RARE_EVERY over MODEL_EXPLORE_MARGIN times): three
+ * runs in a row, a look whose median replaces the runner-up's 1/beta
+ * (model.c).  One run at a time, learnt through the spike filter and the
+ * EWMA, could not undo a bad estimate: with 4 ranks on 2 cores a 2 MiB
+ * allreduce stayed on the ring for 250 calls (40% slower than
+ * halving-doubling), halving-doubling run once every 64.  And one look on
+ * a loaded machine (load average 3.3) rated halving-doubling at 0.27 GB/s
+ * against about 1.4 measured alone, over 2x the tree's predicted time,
+ * and the tree, 1.7x slower, ran from then on.  At most 3/64 of the calls,
+ * each at most 1.25x the best prediction, 3/256 at most 2x, or 3/1024 at
+ * most 4x (under 1% of the time).  Only at a size the runner-up has run
  * at before, or a smaller one (ran: the largest size each algorithm ran
  * at, indexed like ar; NULL: any size): its first run at a larger size
  * would grow its scratch into fresh pages inside the timed call (a 4 MiB
@@ -91,8 +96,13 @@ model_ab_t model_allreduce_ab(flx_algo_t algo, int n, const model_ab_t ar[MODEL_
 #define MODEL_EXPLORE_MARGIN 2.0
 #define MODEL_EXPLORE_NEAR 1.25
 #define MODEL_EXPLORE_FAR_EVERY 256
-_Static_assert(MODEL_EXPLORE_FAR_EVERY % MODEL_EXPLORE == 0, "an exploring call is one of the last MODEL_LOOK of every MODEL_EXPLORE");
+#define MODEL_EXPLORE_RARE_MARGIN 4.0
+#define MODEL_EXPLORE_RARE_EVERY 1024
+_Static_assert(MODEL_EXPLORE_FAR_EVERY % MODEL_EXPLORE == 0 &&
+                   MODEL_EXPLORE_RARE_EVERY % MODEL_EXPLORE == 0,
+               "an exploring call is one of the last MODEL_LOOK of every MODEL_EXPLORE");
 #define MODEL_LOOK 3 /* runs in a look (model.c) */
+#define MODEL_RANGE 1.0e3 /* live values stay within x / 1000 of where they started */
 flx_algo_t model_pick_allreduce_explore(int n, double bytes, const model_ab_t ar[MODEL_NAR],
                                          double chunk, unsigned long call, const double *ran);
 /* The allgather's algorithms the same way: ring (index 0) and the

@@ -61,7 +61,6 @@
 #define MODEL_COPY_BW 5.0e9   /* bytes/s of a local memcpy, conservative */
 #define MODEL_REDUCE_BW 1.0e10 /* bytes/s of a local sum reading two inputs */
 #define MODEL_LAMBDA 0.25      /* weight of the newest observation          */
-#define MODEL_RANGE 1.0e3      /* live values stay within x / 1000 of the start */
 
 static int log2_floor(int n)
 {
@@ -164,11 +163,13 @@ double model_allreduce_time_ab(flx_algo_t algo, int n, double bytes, model_ab_t 
 
 /* The index of the smallest of t[0, k) (the first of equals; 1e300 and
  * above: not a candidate), or on an exploring call the runner-up's when it
- * is within MODEL_EXPLORE_MARGIN of the best and has run at bytes or more
- * (ran[i]; ran NULL: no limit).  t[0] is a candidate.  The exploring calls
- * are the last span of every MODEL_EXPLORE, or of every
- * MODEL_EXPLORE_FAR_EVERY when the runner-up is predicted more than
- * MODEL_EXPLORE_NEAR times the best. */
+ * is within MODEL_EXPLORE_MARGIN of the best (a look, span > 1:
+ * MODEL_EXPLORE_RARE_MARGIN) and has run at bytes or more (ran[i]; ran
+ * NULL: no limit).  t[0] is a candidate.  The exploring calls are the last
+ * span of every MODEL_EXPLORE; of a look, of every MODEL_EXPLORE_FAR_EVERY
+ * when the runner-up is predicted more than MODEL_EXPLORE_NEAR times the
+ * best, of every MODEL_EXPLORE_RARE_EVERY more than MODEL_EXPLORE_MARGIN
+ * times. */
 static int model_pick_index(const double *t, int k, unsigned long call, const double *ran,
                             double bytes, int span)
 {
@@ -185,11 +186,13 @@ static int model_pick_index(const double *t, int k, unsigned long call, const do
             second = i;
         }
     }
-    if (second < 0 || !(t[second] <= MODEL_EXPLORE_MARGIN * t[best]) ||
+    if (second < 0 || !(t[second] <= (span > 1 ? MODEL_EXPLORE_RARE_MARGIN : MODEL_EXPLORE_MARGIN) *
+                                         t[best]) ||
         (ran != NULL && ran[second] < bytes))
         return best;
-    every = span > 1 && t[second] > MODEL_EXPLORE_NEAR * t[best] ? MODEL_EXPLORE_FAR_EVERY
-                                                                 : MODEL_EXPLORE;
+    every = span == 1 || t[second] <= MODEL_EXPLORE_NEAR * t[best] ? MODEL_EXPLORE
+            : t[second] <= MODEL_EXPLORE_MARGIN * t[best]          ? MODEL_EXPLORE_FAR_EVERY
+                                                                   : MODEL_EXPLORE_RARE_EVERY;
     return call % every >= every - (unsigned long)span ? second : best;
 }
 

@@ -7,6 +7,7 @@
  * included: a correct result matches the reference exactly (avg within one
  * rounding of the division). */
 #include "tests/mp.h"
+#include "collectives/coll.h"
 #include "common/dtype.h"
 #include "common/util.h"
 
@@ -690,6 +691,162 @@ static int body_model_look(flx_comm_h comm, int rank, int size, void *arg)
     return 0;
 }
 
+/* Exploration and the period median end to end (white box: the test
+ * reads and sets the communicator's live model, collectives/coll.h).
+ * Every algorithm starts at a claimed 10 GB/s (no calibration) and the
+ * ranks agree only when a look ends (FLX_MODEL_REFRESH 100000), so the
+ * first automatic 1 MiB allreduces try each candidate with a first look
+ * and settle on the fastest measured, x.  Before call MODEL_EXPLORE -
+ * MODEL_LOOK every rank sets the same runner-up y (another algorithm
+ * that ran at 1 MiB) to just over x's predicted time and the others to 2x
+ * or more: the next
+ * MODEL_LOOK calls must run y as one look, which ends with an agreement
+ * where y's 1/beta is the largest of the ranks' medians of their three
+ * runs and x's the largest of their medians of x's runs since the last
+ * agreement (the period median); the call after runs no exploration. */
+static int body_model_explore(flx_comm_h comm, int rank, int size, void *arg)
+{
+    const unsigned long first = MODEL_EXPLORE - MODEL_LOOK;
+    const size_t count = 256 * 1024; /* 1 MiB of float32 */
+    const double bytes = (double)count * sizeof(float), chunk = (double)comm->cfg.chunk_size;
+    model_live_t *lv = &comm->live;
+    float *buf = malloc(count * sizeof(float));
+    double set_inv = 0, want[2], all[2 * 8];
+    int xi = 0, yi = 0; /* x and y: indices of comm->ar */
+    flx_status_t st;
+
+    (void)arg;
+    if (buf == NULL || size > 8)
+        return mp_fail(rank, buf == NULL ? "out of memory" : "over 8 ranks");
+    for (unsigned long call = 0; call <= MODEL_EXPLORE; call++) {
+        if (lv->autos != call)
+            return mp_fail(rank, "before call %lu the automatic choices made are %lu", call,
+                           lv->autos);
+        if (call == first) {
+            flx_algo_t x = model_pick_allreduce_explore(size, bytes, comm->ar, chunk, 0, NULL), y;
+            const int pow2 = (size & (size - 1)) == 0;
+            double c0, a, b, tx, next = 1e300, ratio, xs[MODEL_PERIOD_MAX], median;
+            model_ab_t ar[MODEL_NAR];
+            int n;
+
+            /* y: one that ran at 1 MiB and whose own 1/beta is its
+             * prediction's (not rd on a power of two, whose floor is hd's;
+             * not hd when x is that rd) */
+            for (y = FLX_ALGO_RING; y < FLX_ALGO_RING + MODEL_NAR; y++)
+                if (y != x && lv->ran_ar[y - FLX_ALGO_RING] >= bytes &&
+                    !(pow2 && y == FLX_ALGO_RD) && !(pow2 && x == FLX_ALGO_RD && y == FLX_ALGO_HD))
+                    break;
+            if (y == FLX_ALGO_RING + MODEL_NAR)
+                return mp_fail(rank, "no algorithm but %s ran at 1 MiB", flx_algo_name(x));
+            xi = x - FLX_ALGO_RING;
+            yi = y - FLX_ALGO_RING;
+            memcpy(ar, comm->ar, sizeof(ar));
+            tx = model_allreduce_time_ab(x, size, bytes, model_allreduce_ab(x, size, ar), chunk);
+            /* the others at least 2x x's time (not hd where it is x's
+             * floor), so that y is the runner-up */
+            for (int i = 0; i < MODEL_NAR; i++) {
+                flx_algo_t z = (flx_algo_t)(FLX_ALGO_RING + i);
+                if (i == xi || i == yi)
+                    continue;
+                if (!(pow2 && x == FLX_ALGO_RD && z == FLX_ALGO_HD)) {
+                    model_allreduce_terms(z, size, bytes, chunk, &c0, &a, &b);
+                    ar[i].inv_bw = FLX_MAX(ar[i].inv_bw, (2 * tx - c0 - a * ar[i].alpha) / b);
+                }
+                next = FLX_MIN(next, model_allreduce_time_ab(z, size, bytes,
+                                                             model_allreduce_ab(z, size, ar), chunk));
+            }
+            if (!(next > tx))
+                return mp_fail(rank, "a third algorithm ties with %s at %g us", flx_algo_name(x),
+                               tx * 1e6);
+            ratio = FLX_MIN(1.1, (1.0 + next / tx) / 2);
+            model_allreduce_terms(y, size, bytes, chunk, &c0, &a, &b);
+            set_inv = (ratio * tx - c0 - a * ar[yi].alpha) / b;
+            if (!(set_inv > 0))
+                return mp_fail(rank, "%s's latency alone is over %g us", flx_algo_name(y),
+                               ratio * tx * 1e6);
+            ar[yi].inv_bw = set_inv;
+            comm_set_model(comm, comm->model, ar, comm->ag);
+            for (int i = 0; i < MODEL_NAR; i++) /* x's own EWMA stays */
+                if (i != xi)
+                    lv->ar[i] = ar[i];
+            if (model_pick_allreduce_explore(size, bytes, comm->ar, chunk, 0, NULL) != x ||
+                model_pick_allreduce_explore(size, bytes, comm->ar, chunk, first, lv->ran_ar) != y)
+                return mp_fail(rank, "%s at %.3fx %s's time is not the runner-up explored",
+                               flx_algo_name(y), ratio, flx_algo_name(x));
+            /* x's runs since the last agreement: their median is its next 1/beta */
+            n = FLX_MIN(lv->per_n[xi], MODEL_PERIOD_MAX);
+            if (n < 5)
+                return mp_fail(rank, "%s ran %d times since the last agreement", flx_algo_name(x),
+                               n);
+            for (int k = 0; k < n; k++) {
+                if (lv->per_bytes[xi][k] != bytes)
+                    return mp_fail(rank, "a period run of %g bytes", lv->per_bytes[xi][k]);
+                xs[k] = lv->per[xi][k];
+            }
+            for (int i = 1; i < n; i++) /* insertion sort */
+                for (int k = i; k > 0 && xs[k - 1] > xs[k]; k--) {
+                    double t = xs[k];
+                    xs[k] = xs[k - 1];
+                    xs[k - 1] = t;
+                }
+            median = n % 2 ? xs[n / 2] : 0.5 * (xs[n / 2 - 1] + xs[n / 2]);
+            want[0] = median > 0 ? median : lv->ar[xi].inv_bw;
+        }
+        for (size_t i = 0; i < count; i++)
+            buf[i] = (float)((rank + (int)i + (int)call) % 8);
+        if ((st = flx_allreduce(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO)) != FLX_OK)
+            return mp_fail(rank, "allreduce %lu: %s", call, flx_status_string(st));
+        for (size_t i = 0; i < count; i++) {
+            float w = 0;
+            for (int r = 0; r < size; r++)
+                w += (float)((r + (int)i + (int)call) % 8);
+            if (buf[i] != w)
+                return mp_fail(rank, "allreduce %lu: element %zu is %g, not %g", call, i, buf[i], w);
+        }
+        if (call < first || call == MODEL_EXPLORE) {
+            if (lv->explored != FLX_ALGO_AUTO)
+                return mp_fail(rank, "call %lu explored %s", call, flx_algo_name(lv->explored));
+            continue;
+        }
+        if (lv->explored != (flx_algo_t)(FLX_ALGO_RING + yi))
+            return mp_fail(rank, "call %lu explored %s, not %s", call, flx_algo_name(lv->explored),
+                           flx_algo_name((flx_algo_t)(FLX_ALGO_RING + yi)));
+        if (call < MODEL_EXPLORE - 1) {
+            if (lv->look_n[yi] != (int)(call - first + 1) || comm->ar[yi].inv_bw != set_inv)
+                return mp_fail(rank, "call %lu: %d runs in the look, 1/beta %g (set %g)", call,
+                               lv->look_n[yi], comm->ar[yi].inv_bw, set_inv);
+            continue;
+        }
+        /* the look ended: the agreement took each rank's medians */
+        if (lv->look_n[yi] != 0)
+            return mp_fail(rank, "the look goes on after %d runs", MODEL_LOOK);
+        {
+            double m = lv->look[yi][0], lo = FLX_MIN(lv->look[yi][1], lv->look[yi][2]),
+                   hi = FLX_MAX(lv->look[yi][1], lv->look[yi][2]);
+            m = m < lo ? lo : m > hi ? hi : m;
+            want[1] = m > 0 ? m : set_inv;
+        }
+        for (int k = 0; k < 2; k++) { /* within the live model's range, as model.c keeps it */
+            double lo = lv->ar0[k ? yi : xi].inv_bw / MODEL_RANGE, hi = lo * MODEL_RANGE * MODEL_RANGE;
+            want[k] = want[k] < lo ? lo : want[k] > hi ? hi : want[k];
+        }
+        if ((st = flx_allgather(comm, want, all, 2, FLX_FLOAT64, FLX_ALGO_RING)) != FLX_OK)
+            return mp_fail(rank, "allgather of the medians: %s", flx_status_string(st));
+        for (int k = 0; k < 2; k++) {
+            int i = k ? yi : xi;
+            double agreed = 0;
+            for (int r = 0; r < size; r++)
+                agreed = FLX_MAX(agreed, all[2 * r + k]);
+            if (comm->ar[i].inv_bw != agreed)
+                return mp_fail(rank, "%s's agreed 1/beta is %g, not the ranks' largest %s %g",
+                               flx_algo_name((flx_algo_t)(FLX_ALGO_RING + i)), comm->ar[i].inv_bw,
+                               k ? "look median" : "period median", agreed);
+        }
+    }
+    free(buf);
+    return 0;
+}
+
 /* The live model's alpha is agreed by its smallest value: rank 0 comes
  * to each of 80 small allreduces 20 ms after the others, so every other
  * rank's call takes about 20 ms, most of it waiting; rank 0's, a few
@@ -909,6 +1066,20 @@ START_TEST(test_model_look)
     model_env("16");
     setenv("FLX_BETA", "100G", 1);
     failed = mp_run(n, body_model_look, NULL, 240, NULL);
+    model_env_clear();
+    ck_assert_msg(failed == 0, "%d ranks failed (N = %d)", failed, n);
+}
+END_TEST
+
+START_TEST(test_model_explore)
+{
+    int n = sizes_n[_i], failed;
+
+    if (n < 3 || !mp_nranks_wanted(n))
+        return;
+    model_env("100000");
+    setenv("FLX_BETA", "10G", 1);
+    failed = mp_run(n, body_model_explore, NULL, 240, NULL);
     model_env_clear();
     ck_assert_msg(failed == 0, "%d ranks failed (N = %d)", failed, n);
 }
@@ -1233,6 +1404,7 @@ int main(void)
     tcase_add_loop_test(tc, test_barrier_async, 0, 6);
     tcase_add_loop_test(tc, test_model_refresh, 0, 6);
     tcase_add_loop_test(tc, test_model_look, 0, 6);
+    tcase_add_loop_test(tc, test_model_explore, 0, 6);
     tcase_add_loop_test(tc, test_model_late_rank, 0, 6);
     tcase_add_loop_test(tc, test_calibrate, 0, 6);
     tcase_add_loop_test(tc, test_nan_bits, 0, 6);

@@ -655,12 +655,28 @@ END_TEST
 /* Exploration: the last MODEL_LOOK of every MODEL_EXPLORE automatic
  * choices run the runner-up (a look) when it is predicted within
  * MODEL_EXPLORE_NEAR of the best, of every MODEL_EXPLORE_FAR_EVERY when
- * within MODEL_EXPLORE_MARGIN. */
+ * within MODEL_EXPLORE_MARGIN, of every MODEL_EXPLORE_RARE_EVERY when
+ * within MODEL_EXPLORE_RARE_MARGIN. */
+/* rounds * every automatic choices at s on 4 ranks: the last MODEL_LOOK
+ * of every `every` run rd, the others the ring */
+static void assert_explores(const model_ab_t ar[MODEL_NAR], double s, unsigned long every,
+                            unsigned long rounds)
+{
+    unsigned long explored = 0;
+
+    for (unsigned long call = 0; call < rounds * every; call++) {
+        flx_algo_t a = model_pick_allreduce_explore(4, s, ar, CHUNK, call, NULL);
+        int want = call % every >= every - MODEL_LOOK;
+        ck_assert_int_eq(a, want ? FLX_ALGO_RD : FLX_ALGO_RING);
+        explored += (unsigned long)want;
+    }
+    ck_assert_uint_eq(explored, rounds * MODEL_LOOK);
+}
+
 START_TEST(test_model_explore)
 {
     model_ab_t ar[MODEL_NAR];
     double s = 64.0 * (1 << 20);
-    int explored = 0;
 
     for (int i = 0; i < MODEL_NAR; i++)
         ar[i] = (model_ab_t){ALPHA, 1.0 / BETA};
@@ -675,26 +691,10 @@ START_TEST(test_model_explore)
     ck_assert_int_eq(model_pick_allreduce_ab(4, s, ar, CHUNK), FLX_ALGO_RING);
     ck_assert(model_allreduce_time_ab(FLX_ALGO_RD, 4, s, ar[2], CHUNK) <
               model_allreduce_time_ab(FLX_ALGO_TREE, 4, s, ar[1], CHUNK));
-    for (unsigned long call = 0; call < 10 * MODEL_EXPLORE_FAR_EVERY; call++) {
-        flx_algo_t a = model_pick_allreduce_explore(4, s, ar, CHUNK, call, NULL);
-        if (call % MODEL_EXPLORE_FAR_EVERY >= MODEL_EXPLORE_FAR_EVERY - MODEL_LOOK) {
-            ck_assert_int_eq(a, FLX_ALGO_RD);
-            explored++;
-        } else {
-            ck_assert_int_eq(a, FLX_ALGO_RING);
-        }
-    }
-    ck_assert_int_eq(explored, 10 * MODEL_LOOK);
+    assert_explores(ar, s, MODEL_EXPLORE_FAR_EVERY, 10);
     /* rd within 1.25x of the ring (1.2x): MODEL_LOOK runs of every MODEL_EXPLORE */
     ar[FLX_ALGO_RD - FLX_ALGO_RING].inv_bw = 0.9 / BETA;
-    explored = 0;
-    for (unsigned long call = 0; call < 10 * MODEL_EXPLORE; call++) {
-        flx_algo_t a = model_pick_allreduce_explore(4, s, ar, CHUNK, call, NULL);
-        int want = call % MODEL_EXPLORE >= MODEL_EXPLORE - MODEL_LOOK;
-        ck_assert_int_eq(a, want ? FLX_ALGO_RD : FLX_ALGO_RING);
-        explored += want;
-    }
-    ck_assert_int_eq(explored, 10 * MODEL_LOOK);
+    assert_explores(ar, s, MODEL_EXPLORE, 10);
     ar[FLX_ALGO_RD - FLX_ALGO_RING].inv_bw = 1.0 / BETA;
     /* only at sizes the runner-up has run at: rd up to 16 MiB, so not at
      * 64 MiB; up to 64 MiB, so there too */
@@ -711,10 +711,14 @@ START_TEST(test_model_explore)
                                                       MODEL_EXPLORE_FAR_EVERY - 1, ran),
                          FLX_ALGO_RD);
     }
-    /* a runner-up predicted more than 2x slower is never run */
+    /* a runner-up predicted 2-4x slower (rd 5 S/beta, 3.3x; the tree
+     * 9 S/beta) runs the last MODEL_LOOK of every MODEL_EXPLORE_RARE_EVERY */
     ar[FLX_ALGO_TREE - FLX_ALGO_RING].inv_bw = 3.0 / BETA;
-    ar[FLX_ALGO_RD - FLX_ALGO_RING].inv_bw = 3.0 / BETA;
-    for (unsigned long call = 0; call < 2 * MODEL_EXPLORE_FAR_EVERY; call++)
+    ar[FLX_ALGO_RD - FLX_ALGO_RING].inv_bw = 2.5 / BETA;
+    assert_explores(ar, s, MODEL_EXPLORE_RARE_EVERY, 3);
+    /* ... and one more than 4x slower (rd 7 S/beta, 4.7x) never */
+    ar[FLX_ALGO_RD - FLX_ALGO_RING].inv_bw = 3.5 / BETA;
+    for (unsigned long call = 0; call < 2 * MODEL_EXPLORE_RARE_EVERY; call++)
         ck_assert_int_eq(model_pick_allreduce_explore(4, s, ar, CHUNK, call, NULL), FLX_ALGO_RING);
     /* 2 ranks: the tree is never the runner-up either */
     for (int i = 0; i < MODEL_NAR; i++)
