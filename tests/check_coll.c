@@ -694,16 +694,38 @@ static int body_model_look(flx_comm_h comm, int rank, int size, void *arg)
 /* Exploration and the period median end to end (white box: the test
  * reads and sets the communicator's live model, collectives/coll.h).
  * Every algorithm starts at a claimed 10 GB/s (no calibration) and the
- * ranks agree only when a look ends (FLX_MODEL_REFRESH 100000), so the
- * first automatic 1 MiB allreduces try each candidate with a first look
- * and settle on the fastest measured, x.  Before call MODEL_EXPLORE -
- * MODEL_LOOK every rank sets the same runner-up y (another algorithm
- * that ran at 1 MiB) to just over x's predicted time and the others to 2x
- * or more: the next
- * MODEL_LOOK calls must run y as one look, which ends with an agreement
- * where y's 1/beta is the largest of the ranks' medians of their three
- * runs and x's the largest of their medians of x's runs since the last
- * agreement (the period median); the call after runs no exploration. */
+ * ranks agree only when a look ends (FLX_MODEL_REFRESH 100000); each
+ * algorithm first runs four forced 1 MiB allreduces (its first look), and
+ * the automatic ones then settle on the fastest measured, x.  Before call
+ * MODEL_EXPLORE - MODEL_LOOK every rank sets the same runner-up y
+ * (another algorithm) to just over x's predicted time and the others to
+ * 2x or more: the next MODEL_LOOK calls must run y as one look, which
+ * ends with an agreement where y's 1/beta is the largest of the ranks'
+ * medians of their three runs and x's the largest of their medians of x's
+ * runs since the last agreement (the period median); the call after runs
+ * no exploration. */
+/* one exact 1 MiB allreduce of body_model_explore (seed: the call) */
+static int explore_run(flx_comm_h comm, float *buf, size_t count, int rank, int size, int seed,
+                       flx_algo_t algo)
+{
+    flx_status_t st;
+
+    for (size_t i = 0; i < count; i++)
+        buf[i] = (float)((rank + (int)i + 8 * size + seed) % 8);
+    if ((st = flx_allreduce(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM, algo)) != FLX_OK)
+        return mp_fail(rank, "allreduce %d (%s): %s", seed, flx_algo_name(algo),
+                       flx_status_string(st));
+    for (size_t i = 0; i < count; i++) {
+        float w = 0;
+        for (int r = 0; r < size; r++)
+            w += (float)((r + (int)i + 8 * size + seed) % 8);
+        if (buf[i] != w)
+            return mp_fail(rank, "allreduce %d (%s): element %zu is %g, not %g", seed,
+                           flx_algo_name(algo), i, buf[i], w);
+    }
+    return 0;
+}
+
 static int body_model_explore(flx_comm_h comm, int rank, int size, void *arg)
 {
     const unsigned long first = MODEL_EXPLORE - MODEL_LOOK;
@@ -718,6 +740,13 @@ static int body_model_explore(flx_comm_h comm, int rank, int size, void *arg)
     (void)arg;
     if (buf == NULL || size > 8)
         return mp_fail(rank, buf == NULL ? "out of memory" : "over 8 ranks");
+    /* each algorithm's first look, forced (the automatic count stays 0):
+     * the automatic calls then start from measured values for all, even
+     * where one measured faster than the others' claimed start */
+    for (int k = 0; k < MODEL_NAR * (MODEL_LOOK + 1); k++)
+        if (explore_run(comm, buf, count, rank, size, -1 - k,
+                        (flx_algo_t)(FLX_ALGO_RING + k / (MODEL_LOOK + 1))) != 0)
+            return 1;
     for (unsigned long call = 0; call <= MODEL_EXPLORE; call++) {
         if (lv->autos != call)
             return mp_fail(rank, "before call %lu the automatic choices made are %lu", call,
@@ -792,17 +821,8 @@ static int body_model_explore(flx_comm_h comm, int rank, int size, void *arg)
             median = n % 2 ? xs[n / 2] : 0.5 * (xs[n / 2 - 1] + xs[n / 2]);
             want[0] = median > 0 ? median : lv->ar[xi].inv_bw;
         }
-        for (size_t i = 0; i < count; i++)
-            buf[i] = (float)((rank + (int)i + (int)call) % 8);
-        if ((st = flx_allreduce(comm, buf, buf, count, FLX_FLOAT32, FLX_SUM, FLX_ALGO_AUTO)) != FLX_OK)
-            return mp_fail(rank, "allreduce %lu: %s", call, flx_status_string(st));
-        for (size_t i = 0; i < count; i++) {
-            float w = 0;
-            for (int r = 0; r < size; r++)
-                w += (float)((r + (int)i + (int)call) % 8);
-            if (buf[i] != w)
-                return mp_fail(rank, "allreduce %lu: element %zu is %g, not %g", call, i, buf[i], w);
-        }
+        if (explore_run(comm, buf, count, rank, size, (int)call, FLX_ALGO_AUTO) != 0)
+            return 1;
         if (call < first || call == MODEL_EXPLORE) {
             if (lv->explored != FLX_ALGO_AUTO)
                 return mp_fail(rank, "call %lu explored %s", call, flx_algo_name(lv->explored));
@@ -827,7 +847,8 @@ static int body_model_explore(flx_comm_h comm, int rank, int size, void *arg)
             want[1] = m > 0 ? m : set_inv;
         }
         for (int k = 0; k < 2; k++) { /* within the live model's range, as model.c keeps it */
-            double lo = lv->ar0[k ? yi : xi].inv_bw / MODEL_RANGE, hi = lo * MODEL_RANGE * MODEL_RANGE;
+            double lo = lv->ar0[k ? yi : xi].inv_bw / MODEL_RANGE,
+                   hi = lv->ar0[k ? yi : xi].inv_bw * MODEL_RANGE;
             want[k] = want[k] < lo ? lo : want[k] > hi ? hi : want[k];
         }
         if ((st = flx_allgather(comm, want, all, 2, FLX_FLOAT64, FLX_ALGO_RING)) != FLX_OK)
