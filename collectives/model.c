@@ -667,16 +667,25 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
 }
 
 /* At creation (and flx_comm_calibrate): time every allreduce algorithm at
- * 8 bytes (median of 5) and at MODEL_FIT_BYTES (best of 3), and every
- * allgather algorithm at 8 bytes and MODEL_FIT_BYTES / N per rank, each run
- * after a barrier and all interleaved so that a burst of load hits them
- * alike; agree on the largest time any rank saw of each (the slowest
+ * 8 bytes (median of 5 single runs) and at MODEL_FIT_BYTES (best of 3), and
+ * every allgather algorithm at 8 bytes and MODEL_FIT_BYTES / N per rank,
+ * each after a barrier and all interleaved so that a burst of load hits
+ * them alike; agree on the largest time any rank saw of each (the slowest
  * rank's); solve each algorithm's formula for its own alpha and 1/beta
  * (model_fit_ab).  A fit that fails (noise made a term negative) leaves
- * that algorithm at the link's values. */
+ * that algorithm at the link's values.
+ *
+ * Each large time is the mean of MODEL_FIT_LOOP runs back to back after
+ * one untimed run, as a training loop or a perf tool runs them: a lone run
+ * that every rank starts together from a barrier waits out each dependent
+ * step's wake-up, where back-to-back runs overlap them.  With 4 ranks on
+ * 2 CPUs a lone 1 MiB ring allreduce took 2.5-5 ms and its fit predicted
+ * 2.7-3.2 ms against the 1.05-1.2 ms it takes in a loop, 2.5x the others'
+ * error, so the automatic choice kept halving-doubling where the ring was
+ * 1.3-1.5x faster (2-8 MiB). */
 #define MODEL_FIT_BYTES (1024.0 * 1024.0) /* large enough that a stall of a few
                                              hundred us does not decide the fit */
-enum { MODEL_NFIT = MODEL_NAR + MODEL_NAG };
+enum { MODEL_NFIT = MODEL_NAR + MODEL_NAG, MODEL_FIT_LOOP = 3 };
 
 /* fitted model i: the allreduce's algorithms, then the allgather's */
 static flx_algo_t model_fit_algo(int i)
@@ -685,27 +694,36 @@ static flx_algo_t model_fit_algo(int i)
                          : i == MODEL_NAR ? FLX_ALGO_RING : FLX_ALGO_RD;
 }
 
-/* one timed run of fitted model i: count floats (per rank for the allgather) */
-static flx_status_t model_fit_run(flx_comm_h comm, int i, float *buf, size_t count, double *t_p)
+/* one run of fitted model i: count floats (per rank for the allgather) */
+static flx_status_t model_fit_once(flx_comm_h comm, int i, float *buf, size_t count)
 {
     const flx_algo_t algo = model_fit_algo(i);
+
+    coll_begin(comm, i < MODEL_NAR ? COLL_ALLREDUCE : COLL_ALLGATHER, algo, FLX_FLOAT32,
+               i < MODEL_NAR ? FLX_SUM : 0, count, "model fit");
+    if (i >= MODEL_NAR)
+        return algo == FLX_ALGO_RD ? coll_allgather_rd(comm, NULL, buf, count * sizeof(float))
+                                   : coll_allgather_ring(comm, NULL, buf, count * sizeof(float));
+    return coll_allreduce_by(comm, algo, buf, buf, count, FLX_FLOAT32, FLX_SUM);
+}
+
+/* After a barrier, `warm' untimed runs of fitted model i, then the mean
+ * time of `runs' back to back into *t_p. */
+static flx_status_t model_fit_run(flx_comm_h comm, int i, float *buf, size_t count, int warm,
+                                  int runs, double *t_p)
+{
     flx_status_t st;
     double t0;
 
     *t_p = 0;
     coll_begin(comm, COLL_BARRIER, FLX_ALGO_RD, FLX_INT32, 0, 0, "model fit");
     st = coll_barrier_dissemination(comm);
-    if (st != FLX_OK)
-        return st;
-    coll_begin(comm, i < MODEL_NAR ? COLL_ALLREDUCE : COLL_ALLGATHER, algo, FLX_FLOAT32,
-               i < MODEL_NAR ? FLX_SUM : 0, count, "model fit");
+    for (int r = 0; r < warm && st == FLX_OK; r++)
+        st = model_fit_once(comm, i, buf, count);
     t0 = flx_time_now();
-    if (i >= MODEL_NAR)
-        st = algo == FLX_ALGO_RD ? coll_allgather_rd(comm, NULL, buf, count * sizeof(float))
-                                 : coll_allgather_ring(comm, NULL, buf, count * sizeof(float));
-    else
-        st = coll_allreduce_by(comm, algo, buf, buf, count, FLX_FLOAT32, FLX_SUM);
-    *t_p = flx_time_now() - t0;
+    for (int r = 0; r < runs && st == FLX_OK; r++)
+        st = model_fit_once(comm, i, buf, count);
+    *t_p = (flx_time_now() - t0) / runs;
     return st;
 }
 
@@ -730,7 +748,10 @@ static flx_status_t model_fit(flx_comm_h comm, model_ab_t ar[MODEL_NAR], model_a
             size_t count = rep < SMALL_REPS ? 2 : i < MODEL_NAR ? nlarge : nlarge / comm->size;
             double t;
 
-            st = model_fit_run(comm, i, buf, count, &t);
+            if (rep < SMALL_REPS)
+                st = model_fit_run(comm, i, buf, count, 0, 1, &t);
+            else
+                st = model_fit_run(comm, i, buf, count, 1, MODEL_FIT_LOOP, &t);
             model_ran(comm, i < MODEL_NAR ? COLL_ALLREDUCE : COLL_ALLGATHER, model_fit_algo(i),
                       (double)count * sizeof(float));
             if (rep < SMALL_REPS)

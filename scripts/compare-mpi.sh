@@ -34,7 +34,9 @@
 # and listen on lo (FLX_SOCKET_IFNAME=lo).  Both bind alike: each rank to its
 # own core when the ranks are no more than the cores this script may use
 # (flxrun's default; mpirun --bind-to core), to a hardware thread when they
-# are no more than the CPUs (--bind-to hwthread), else neither (--bind-to none).
+# are no more than the CPUs (--bind-to hwthread), else rank i to core i mod K
+# of the K cores, shared (flxrun's default; mpirun --map-by core --bind-to
+# core:overload-allowed).
 #
 # -B gloo compares with Gloo (Debian's libgloo-dev) instead: the script builds
 # scripts/gloo-coll-bench.cc with g++ and starts its ranks with flxrun (they
@@ -425,16 +427,16 @@ host_cores=$("$build/flxrun" --report-bindings -n 1 true 2>&1 |
              sed -n 's/^flxrun: [0-9]* CPUs\? in \([0-9]*\) cores\? .*/\1/p') || host_cores=""
 host_cores=${host_cores:-$host_cpus}
 
-# mpi_bind N: mpirun's --bind-to for N ranks, as flxrun binds them: a core each
-# while they fit the cores, a hardware thread each while they fit the CPUs,
-# else none
+# mpi_bind N: mpirun's binding options for N ranks, as flxrun binds them: a
+# core each while they fit the cores, a hardware thread each while they fit
+# the CPUs, else the cores in turn (rank i on core i mod K), shared
 mpi_bind() {
     if [ "$1" -le "$host_cores" ]; then
-        echo core
+        echo --bind-to core
     elif [ "$1" -le "$host_cpus" ]; then
-        echo hwthread
+        echo --bind-to hwthread
     else
-        echo none
+        echo --map-by core --bind-to core:overload-allowed
     fi
 }
 
@@ -456,7 +458,9 @@ run_one() {
              "$build/flxrun" -n "$n" -t "$limit" "$tmp/gloo-coll-bench" "$coll" -I lo
              ${gopts[@]+"${gopts[@]}"} "${sweep[@]}")
     else
-        cmd=(timeout "$limit" mpirun --allow-run-as-root --oversubscribe --bind-to "$(mpi_bind "$n")" -np "$n"
+        local -a bind
+        read -ra bind <<<"$(mpi_bind "$n")"
+        cmd=(timeout "$limit" mpirun --allow-run-as-root --oversubscribe "${bind[@]}" -np "$n"
              --mca pml ob1 --mca btl "tcp,self" --mca btl_tcp_if_include lo
              --mca oob_tcp_if_include lo "$tmp/mpi-coll-bench" "$coll" "${sweep[@]}")
     fi
@@ -491,7 +495,7 @@ run_pair() {
     [ -n "$tag" ] && sz=${tag#-}
     if [ -n "$latency" ]; then
         # the first CPUs of ranks 0 and 1 as flxrun binds N ranks (whole cores, as
-        # mpirun's --bind-to core); the first two CPUs where it binds none
+        # mpirun's --bind-to core; with more ranks than CPUs cores 0 and 1)
         local pair
         pair=$("$build/flxrun" --report-bindings -n "$2" true 2>&1 |
                sed -n 's/^flxrun: rank [01]: CPUs \([0-9]*\).*/\1/p' | tr '\n' ' ') || pair=""

@@ -99,6 +99,51 @@ static void expect_blocks(const cpumap_t *map, long nranks, const char *const *w
     }
 }
 
+/* More ranks than CPUs (N = C + 1 and 2C + 1): ranks 0 to K - 1 take one
+ * whole core each, in map order, covering allowed; rank r shares rank
+ * r - K's; neighbours r - 1 and r share nothing while K > 1. */
+static void check_cycle(const cpumap_t *map, const cpu_set_t *allowed)
+{
+    for (long n = map->ncpus + 1; n <= 2L * map->ncpus + 1; n += map->ncpus) {
+        cpu_set_t all, set, prev, first[CPU_SETSIZE > 256 ? 256 : CPU_SETSIZE];
+        int k = map->ncores;
+
+        CPU_ZERO(&prev);
+        if (k > (int)(sizeof(first) / sizeof(first[0])))
+            return;
+        CPU_ZERO(&all);
+        for (long r = 0; r < n; r++) {
+            cpu_set_t both;
+
+            ck_assert_int_eq(cpumap_rank(map, n, r, &set), 1);
+            ck_assert_msg(CPU_COUNT(&set) > 0, "-n %ld: rank %ld has no CPU", n, r);
+            if (r < k) {
+                CPU_AND(&both, &all, &set);
+                ck_assert_msg(CPU_COUNT(&both) == 0, "-n %ld: rank %ld shares a core early", n, r);
+                CPU_OR(&all, &all, &set);
+                first[r] = set;
+                /* one whole core: the map's CPUs of that core, no others */
+                for (int i = 0; i < map->ncpus; i++)
+                    for (int j = 0; j < map->ncpus; j++)
+                        if (map->cpu[i].package == map->cpu[j].package &&
+                            map->cpu[i].core == map->cpu[j].core)
+                            ck_assert(CPU_ISSET(map->cpu[i].cpu, &set) ==
+                                      CPU_ISSET(map->cpu[j].cpu, &set));
+            } else {
+                ck_assert_msg(CPU_EQUAL(&set, &first[r % k]), "-n %ld: rank %ld not on core %ld",
+                              n, r, r % k);
+            }
+            if (r > 0 && k > 1) {
+                CPU_AND(&both, &set, &prev);
+                ck_assert_msg(CPU_COUNT(&both) == 0, "-n %ld: ranks %ld and %ld share CPUs", n,
+                              r - 1, r);
+            }
+            prev = set;
+        }
+        ck_assert_msg(CPU_EQUAL(&all, allowed), "-n %ld: the cores do not cover the CPUs", n);
+    }
+}
+
 /* What every placement must be, for each N from 1 to C: non-empty blocks,
  * disjoint; while N <= K covering allowed, no core split between two ranks
  * and the ranks' core counts at most one apart; above K each block inside
@@ -164,6 +209,7 @@ static void check_properties(const cpumap_t *map, const cpu_set_t *allowed)
                                   map->cpu[i].cpu, map->cpu[j].cpu);
             }
     }
+    check_cycle(map, allowed);
 }
 
 static void read_fake(const fake_cpu_t *cpus, int n, const char *allowed_list, cpumap_t *map)
@@ -213,6 +259,10 @@ START_TEST(test_siblings_apart)
                   (int[]){1, 1, 1, 1, 1, 1});
     expect_blocks(map, 8, (const char *[]){"0", "4", "1", "5", "2", "6", "3", "7"},
                   (int[]){1, 1, 1, 1, 1, 1, 1, 1});
+    /* more ranks than CPUs: rank i on the whole core i mod 4 */
+    expect_blocks(map, 9,
+                  (const char *[]){"0,4", "1,5", "2,6", "3,7", "0,4", "1,5", "2,6", "3,7", "0,4"},
+                  (int[]){1, 1, 1, 1, 1, 1, 1, 1, 1});
     free(map);
 }
 END_TEST

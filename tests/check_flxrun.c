@@ -1090,28 +1090,62 @@ START_TEST(test_bind)
                               n);
         }
     }
-    free(map);
-/* more ranks than CPUs, or --bind none: every rank where flxrun is */
-    n = c + 1 < 64 ? c + 1 : 0;
-    if (n > 0) {
-        run_bind(NULL, false, n, sets);
-        for (long i = 0; i < n; i++)
-            ck_assert_msg(CPU_EQUAL(&sets[i], &mine), "-n %ld > %ld CPUs: rank %ld bound", n, c, i);
+    /* more ranks than CPUs (C + 1 and 2C + 1, below 64): rank i on every
+     * thread of core i mod K, so ranks i and i + 1 never share a core where
+     * there are two or more, as --report-bindings says */
+    for (int t = 1; t <= 2; t++) {
+        n = t * c + 1;
+        if (n >= 64)
+            break;
+        for (int k = 0; k < 2; k++) {
+            run_bind(k ? "--bind=auto" : NULL, k == 1, n, sets);
+            for (long i = 0; i < n; i++) {
+                cpu_set_t want;
+                char w[256], g[256];
+
+                cpumap_rank(map, n, i, &want);
+                ck_assert_msg(CPU_EQUAL(&sets[i], &want) && CPU_COUNT(&want) > 0,
+                              "-n %ld > %ld CPUs: rank %ld runs on CPUs %s, not core %ld's %s", n,
+                              c, i, cpumap_list(&sets[i], g, sizeof(g)), i % map->ncores,
+                              cpumap_list(&want, w, sizeof(w)));
+                if (i >= map->ncores)
+                    ck_assert(CPU_EQUAL(&sets[i], &sets[i - map->ncores]));
+                if (i > 0 && map->ncores > 1) {
+                    cpu_set_t both;
+
+                    CPU_AND(&both, &sets[i], &sets[i - 1]);
+                    ck_assert_msg(CPU_COUNT(&both) == 0, "-n %ld: ranks %ld and %ld share CPUs",
+                                  n, i - 1, i);
+                }
+            }
+        }
     }
-    /* --report-bindings says when and why the ranks are not bound */
-    for (int k = 0; k < 2; k++) {
+    free(map);
+    {
         char num[16], want[96];
-        const char *over_args[] = {"--report-bindings", "-n", num, "true", NULL};
-        const char *none_args[] = {"--report-bindings", "--bind=none", "-n", "2", "true", NULL};
-        const run_spec_t spec = {.args = k ? none_args : over_args};
+        const char *args[] = {"--report-bindings", "-n", num, "true", NULL};
+        const run_spec_t spec = {.args = args};
         run_result_t r;
 
         snprintf(num, sizeof(num), "%ld", c + 1);
-        snprintf(want, sizeof(want), "flxrun: %s ranks not bound (%s): CPUs ", k ? "2" : num,
-                 k ? "--bind none" : "more ranks than CPUs");
+        snprintf(want, sizeof(want), "flxrun: %ld ranks on %ld CPUs: rank i on core i mod ", c + 1,
+                 c);
+        run_flxrun(&spec, &r);
+        ck_assert_msg(r.code == 0, "--report-bindings -n %ld: exit %d, stderr:\n%s", c + 1, r.code,
+                      r.err);
+        ck_assert_msg(strstr(r.err, want) != NULL, "stderr:\n%s\nwanted: %s", r.err, want);
+        run_result_free(&r);
+    }
+    /* --report-bindings says when and why the ranks are not bound */
+    {
+        const char *args[] = {"--report-bindings", "--bind=none", "-n", "2", "true", NULL};
+        const run_spec_t spec = {.args = args};
+        run_result_t r;
+
         run_flxrun(&spec, &r);
         ck_assert_msg(r.code == 0, "--report-bindings unbound: exit %d, stderr:\n%s", r.code, r.err);
-        ck_assert_msg(strstr(r.err, want) != NULL, "stderr:\n%s\nwanted: %s", r.err, want);
+        ck_assert_msg(strstr(r.err, "flxrun: 2 ranks not bound (--bind none): CPUs ") != NULL,
+                      "stderr:\n%s", r.err);
         ck_assert_msg(strstr(r.err, "rank 0: CPUs") == NULL, "a rank reported bound:\n%s", r.err);
         run_result_free(&r);
     }
@@ -1139,8 +1173,8 @@ START_TEST(test_bind)
 END_TEST
 
 /* A rank the kernel will not bind: one line naming it and its CPUs, exit
- * 127 (a rank that could not start), nothing run; --bind none, and more
- * ranks than CPUs (unbound), never ask the kernel and run. */
+ * 127 (a rank that could not start), nothing run, also with more ranks than
+ * CPUs (shared cores); --bind none never asks the kernel and runs. */
 START_TEST(test_bind_refused)
 {
     cpu_set_t mine;
@@ -1189,9 +1223,10 @@ START_TEST(test_bind_refused)
         over[1] = over_num;
         spec.args = over;
         run_flxrun(&spec, &r);
-        ck_assert_msg(r.code == 0, "-n %s > CPUs, setaffinity refused: exit %d, stderr:\n%s", over_num,
-                      r.code, r.err);
-        ck_assert_int_eq(count_substr(r.out, "started"), (int)(c + 1));
+        ck_assert_msg(r.code == 127, "-n %s > CPUs, setaffinity refused: exit %d, stderr:\n%s",
+                      over_num, r.code, r.err);
+        ck_assert_msg(strstr(r.err, "flxrun: cannot bind rank ") != NULL, "stderr:\n%s", r.err);
+        ck_assert_msg(strstr(r.out, "started") == NULL, "a rank ran:\n%s", r.out);
         run_result_free(&r);
     }
 }

@@ -171,6 +171,25 @@ void cpumap_read(cpumap_t *map, const cpu_set_t *allowed, const char *dir)
     }
 }
 
+/* More ranks than CPUs: rank on every thread of core rank mod K (cpumap.h). */
+static int cpumap_rank_cycle(const cpumap_t *map, long rank, cpu_set_t *set)
+{
+    long want, core = -1;
+
+    CPU_ZERO(set);
+    if (map->ncores == 0)
+        return 0;
+    want = rank % map->ncores;
+    for (int i = 0; i < map->ncpus; i++) {
+        core += i == 0 || !cpumap_same_core(&map->cpu[i], &map->cpu[i - 1]);
+        if (core > want)
+            break;
+        if (core == want)
+            CPU_SET(map->cpu[i].cpu, set);
+    }
+    return 1;
+}
+
 int cpumap_rank(const cpumap_t *map, long nranks, long rank, cpu_set_t *set)
 {
     bool by_core = nranks <= map->ncores;
@@ -179,6 +198,8 @@ int cpumap_rank(const cpumap_t *map, long nranks, long rank, cpu_set_t *set)
     long unit = -1;
     int cores = 0;
 
+    if (nranks > map->ncpus)
+        return cpumap_rank_cycle(map, rank, set);
     CPU_ZERO(set);
     for (int i = 0; i < map->ncpus; i++) {
         bool new_core = i == 0 || !cpumap_same_core(&map->cpu[i], &map->cpu[i - 1]);

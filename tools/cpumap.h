@@ -15,6 +15,10 @@
  *   -n 5: rank 0 {0}, rank 1 {4}, rank 2 {5}, rank 3 {2,6}, rank 4 {3,7}
  *         (threads [i*C/N, (i+1)*C/N) of that order, cut where the core the
  *         block starts in ends, so no rank spans two cores; CPU 1 idles)
+ *   -n 9 (more ranks than CPUs): rank i on the whole core i mod 4, shared
+ *         (rank 0 {0,4}, rank 1 {1,5}, ..., rank 4 {0,4}, rank 8 {0,4}),
+ *         so ring neighbours i and i+1 run on different cores, as
+ *         `mpirun --map-by core --bind-to core:overload-allowed'
  *
  * With one thread a core and one package (or no topology in sysfs) this is
  * CPUs [i*C/N, (i+1)*C/N) in number order, as before the map existed.
@@ -53,11 +57,13 @@ typedef struct {
  * package.  Never fails. */
 void cpumap_read(cpumap_t *map, const cpu_set_t *allowed, const char *dir);
 
-/* The CPUs of rank (0 <= rank < nranks <= map->ncpus) into set: with
+/* The CPUs of rank (0 <= rank < nranks, map->ncpus >= 1) into set: with
  * nranks <= map->ncores, whole cores [rank*K/N, (rank+1)*K/N) of the K in
- * map order; else CPUs [rank*C/N, (rank+1)*C/N) of the C in map order, up
- * to the end of the core the first of them is in (never empty: the block
- * starts differ).  Returns the number of cores the set touches. */
+ * map order; with nranks <= map->ncpus, CPUs [rank*C/N, (rank+1)*C/N) of
+ * the C in map order, up to the end of the core the first of them is in
+ * (never empty: the block starts differ); with more ranks than CPUs, every
+ * CPU of core rank mod K (shared with the ranks K, 2K, ... away).  Returns
+ * the number of cores the set touches. */
 int cpumap_rank(const cpumap_t *map, long nranks, long rank, cpu_set_t *set);
 
 /* "C CPUs in K cores (at most T threads a core) in P packages" (singular

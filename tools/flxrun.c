@@ -33,13 +33,19 @@
  *    of the C cut at the end of a core, each in the order package, core,
  *    thread that sysfs gives (cpumap.h; with one thread a core, CPU number
  *    order); N > C is bad usage.  `none' leaves the ranks where flxrun is.
- *    The default, `auto', binds when N <= C and not otherwise, as mpirun
- *    does.  Unbound, two spinning ranks often share one core: every other
- *    call then waits for a context switch (a 2-rank 512 B allreduce, mean
- *    8.4-9.2 us bound, 18-22 us on one core).
+ *    The default, `auto', binds as `core' when N <= C; with more ranks than
+ *    CPUs it puts rank i on every thread of core i mod K, shared, as
+ *    `mpirun --map-by core --bind-to core:overload-allowed'.  Unbound, two
+ *    spinning ranks often share one core: every other call then waits for a
+ *    context switch (a 2-rank 512 B allreduce, mean 8.4-9.2 us bound, 18-22
+ *    us on one core); and 4 ranks left to the scheduler on 2 CPUs often put
+ *    ring neighbours on one CPU, which then takes every step's two halves in
+ *    turn (a 4-rank ring allgather of 4 MiB: 3.3-3.5 ms unbound, 2.0-2.1
+ *    with ranks 0, 2 on one CPU and 1, 3 on the other).
  *  - --report-bindings prints one line per rank to stderr before the ranks
- *    start: "flxrun: rank i: CPUs LIST (K cores)", or one line saying why
- *    the ranks are not bound.
+ *    start: "flxrun: rank i: CPUs LIST (K cores)" (after a line saying the
+ *    cores are shared where N > C), or one line saying why the ranks are
+ *    not bound.
  *  - Exit status: 0 if every rank exited 0; else the first failure's exit code
  *    (128+signo if it was killed); 124 on timeout; 128+signo if flxrun was
  *    interrupted and no rank failed; 2 on bad usage; 1 if the job could not be
@@ -104,17 +110,23 @@ static int flxrun_sig_wfd = -1;
 static const int flxrun_fwd_signals[] = {SIGINT,  SIGTERM, SIGHUP,  SIGQUIT, SIGUSR1,
                                          SIGUSR2, SIGTSTP, SIGCONT};
 
-typedef enum { FLXRUN_BIND_AUTO, FLXRUN_BIND_CORE, FLXRUN_BIND_NONE } flxrun_bind_t;
+/* SHARED is auto with more ranks than CPUs: rank i on core i mod K. */
+typedef enum {
+    FLXRUN_BIND_AUTO,
+    FLXRUN_BIND_CORE,
+    FLXRUN_BIND_SHARED,
+    FLXRUN_BIND_NONE
+} flxrun_bind_t;
 
 typedef struct {
     long nranks;
     double timeout_s;            /* 0: none */
-    flxrun_bind_t bind;          /* resolved to CORE or NONE before the ranks start */
+    flxrun_bind_t bind;          /* resolved to CORE, SHARED or NONE before the ranks start */
     bool report;                 /* --report-bindings */
     const char *unbound_why;     /* why the ranks run unbound, with NONE */
-    cpu_set_t cpus;              /* the CPUs flxrun may use, with CORE */
+    cpu_set_t cpus;              /* the CPUs flxrun may use, with CORE and SHARED */
     long ncpus;
-    cpumap_t map;                /* their cores and packages, with CORE */
+    cpumap_t map;                /* their cores and packages, with CORE and SHARED */
     char **prog_argv;            /* NULL-terminated, points into argv */
 } flxrun_opts_t;
 
@@ -201,7 +213,8 @@ static void flxrun_usage(FILE *f)
             "                      K cores flxrun may use (all their threads), by package;\n"
             "                      with N > K, on threads [i*C/N, (i+1)*C/N) of the C in\n"
             "                      core order, within one core (N <= C); none: unbound;\n"
-            "                      auto (default): core if N <= C, else none\n"
+            "                      auto (default): core if N <= C, else rank i on core\n"
+            "                      i mod K, shared\n"
             "      --report-bindings  print each rank's CPUs to stderr before it starts\n"
             "  -h, --help          this help\n"
             "      --version       print the version\n"
@@ -357,11 +370,8 @@ static int flxrun_opts_parse(int argc, char **argv, flxrun_opts_t *opts)
                             "(--bind none lets them share)\n", opts->nranks, opts->ncpus);
             goto err_usage;
         }
-        opts->bind = opts->nranks <= opts->ncpus ? FLXRUN_BIND_CORE : FLXRUN_BIND_NONE;
-        if (opts->bind == FLXRUN_BIND_NONE)
-            opts->unbound_why = "more ranks than CPUs";
-        if (opts->bind == FLXRUN_BIND_CORE)
-            cpumap_read(&opts->map, &opts->cpus, CPUMAP_SYSFS);
+        opts->bind = opts->nranks <= opts->ncpus ? FLXRUN_BIND_CORE : FLXRUN_BIND_SHARED;
+        cpumap_read(&opts->map, &opts->cpus, CPUMAP_SYSFS);
     }
     return -1;
 
@@ -620,7 +630,7 @@ static void flxrun_report_bindings(const flxrun_opts_t *opts)
 {
     char list[1024];
 
-    if (opts->bind != FLXRUN_BIND_CORE) {
+    if (opts->bind == FLXRUN_BIND_NONE) {
         cpu_set_t here;
 
         if (sched_getaffinity(0, sizeof(here), &here) < 0)
@@ -631,6 +641,9 @@ static void flxrun_report_bindings(const flxrun_opts_t *opts)
         return;
     }
     fprintf(stderr, "flxrun: %s\n", cpumap_describe(&opts->map, list, sizeof(list)));
+    if (opts->bind == FLXRUN_BIND_SHARED)
+        fprintf(stderr, "flxrun: %ld ranks on %ld CPUs: rank i on core i mod %d, shared\n",
+                opts->nranks, opts->ncpus, opts->map.ncores);
     for (long r = 0; r < opts->nranks; r++) {
         cpu_set_t set;
         int cores = cpumap_rank(&opts->map, opts->nranks, r, &set);
@@ -666,7 +679,7 @@ static void flxrun_rank_exec(const flxrun_opts_t *opts, long rank, int out_wfd, 
         dprintf(STDERR_FILENO, "flxrun: setenv: %s\n", strerror(errno));
         _exit(FLXRUN_EXIT_NOEXEC);
     }
-    if (opts->bind == FLXRUN_BIND_CORE && flxrun_rank_bind(opts, rank) < 0)
+    if (opts->bind != FLXRUN_BIND_NONE && flxrun_rank_bind(opts, rank) < 0)
         _exit(FLXRUN_EXIT_NOEXEC);
 
     execvp(opts->prog_argv[0], opts->prog_argv);
