@@ -148,7 +148,7 @@ static flx_status_t allgather_rd_pow2(flx_comm_h comm, const char *own, char *ou
      * per step (half the output in the last) it took 1.2-1.4x the ring's
      * time at 32 MiB gathered on 4 ranks, in chunks 1.15-1.2x */
     for (int dist = 1, k = 0; dist < n && st == FLX_OK; dist *= 2, k++) {
-        int mine = r & ~(dist - 1), peer = r ^ dist, theirs = peer & ~(dist - 1);
+        int mine = r & ~(dist - 1), peer = r ^ (2 * dist - 1), theirs = peer & ~(dist - 1);
         const size_t len = (size_t)dist * bpr, nch = FLX_DIV_ROUND_UP(len, ce);
         const char *from = k == 0 && own ? own : out + (size_t)mine * bpr;
         for (size_t j = 0; j < nch && st == FLX_OK; j++)

@@ -34,9 +34,9 @@
 # and listen on lo (FLX_SOCKET_IFNAME=lo).  Both bind alike: each rank to its
 # own core when the ranks are no more than the cores this script may use
 # (flxrun's default; mpirun --bind-to core), to a hardware thread when they
-# are no more than the CPUs (--bind-to hwthread), else rank i to core i mod K
-# of the K cores, shared (flxrun's default; mpirun --map-by core --bind-to
-# core:overload-allowed).
+# are no more than the CPUs (--bind-to hwthread), else, where the K cores
+# divide the ranks, rank i to core i mod K, shared (flxrun's default; mpirun
+# --map-by core --bind-to core:overload-allowed), else neither (--bind-to none).
 #
 # -B gloo compares with Gloo (Debian's libgloo-dev) instead: the script builds
 # scripts/gloo-coll-bench.cc with g++ and starts its ranks with flxrun (they
@@ -429,14 +429,17 @@ host_cores=${host_cores:-$host_cpus}
 
 # mpi_bind N: mpirun's binding options for N ranks, as flxrun binds them: a
 # core each while they fit the cores, a hardware thread each while they fit
-# the CPUs, else the cores in turn (rank i on core i mod K), shared
+# the CPUs, else the cores in turn (rank i on core i mod K), shared, where
+# the K cores divide the ranks, else none
 mpi_bind() {
     if [ "$1" -le "$host_cores" ]; then
         echo --bind-to core
     elif [ "$1" -le "$host_cpus" ]; then
         echo --bind-to hwthread
-    else
+    elif [ $(($1 % host_cores)) -eq 0 ]; then
         echo --map-by core --bind-to core:overload-allowed
+    else
+        echo --bind-to none
     fi
 }
 
@@ -499,6 +502,10 @@ run_pair() {
         local pair
         pair=$("$build/flxrun" --report-bindings -n "$2" true 2>&1 |
                sed -n 's/^flxrun: rank [01]: CPUs \([0-9]*\).*/\1/p' | tr '\n' ' ') || pair=""
+        # one core holding both (a host of one core): the tool picks two CPUs
+        local cpu0="" cpu1=""
+        read -r cpu0 cpu1 _ <<<"$pair" || true
+        [ "$cpu0" = "$cpu1" ] && pair=""
         # shellcheck disable=SC2086 # two CPU numbers, or none
         ns=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT "$latency" $pair 2>/dev/null |
              awk '{ print $(NF - 3) }') || ns="n/a"

@@ -1090,18 +1090,20 @@ START_TEST(test_bind)
                               n);
         }
     }
-    /* more ranks than CPUs (C + 1 and 2C + 1, below 64): rank i on every
-     * thread of core i mod K, so ranks i and i + 1 never share a core where
-     * there are two or more, as --report-bindings says */
+    /* more ranks than CPUs, a multiple of the K cores (the first two above
+     * C, below 64): rank i on every thread of core i mod K, so ranks i and
+     * i + 1 (and N - 1 and 0) never share a core where there are two or
+     * more, as --report-bindings says */
     for (int t = 1; t <= 2; t++) {
-        n = t * c + 1;
+        n = ((long)c / map->ncores + t) * map->ncores;
         if (n >= 64)
             break;
         for (int k = 0; k < 2; k++) {
             run_bind(k ? "--bind=auto" : NULL, k == 1, n, sets);
             for (long i = 0; i < n; i++) {
-                cpu_set_t want;
+                cpu_set_t want, both;
                 char w[256], g[256];
+                long prev = (i + n - 1) % n;
 
                 cpumap_rank(map, n, i, &want);
                 ck_assert_msg(CPU_EQUAL(&sets[i], &want) && CPU_COUNT(&want) > 0,
@@ -1110,32 +1112,40 @@ START_TEST(test_bind)
                               cpumap_list(&want, w, sizeof(w)));
                 if (i >= map->ncores)
                     ck_assert(CPU_EQUAL(&sets[i], &sets[i - map->ncores]));
-                if (i > 0 && map->ncores > 1) {
-                    cpu_set_t both;
-
-                    CPU_AND(&both, &sets[i], &sets[i - 1]);
-                    ck_assert_msg(CPU_COUNT(&both) == 0, "-n %ld: ranks %ld and %ld share CPUs",
-                                  n, i - 1, i);
-                }
+                CPU_AND(&both, &sets[i], &sets[prev]);
+                ck_assert_msg(map->ncores == 1 || CPU_COUNT(&both) == 0,
+                              "-n %ld: ranks %ld and %ld share CPUs", n, prev, i);
             }
         }
     }
-    free(map);
+    /* ... and not a multiple of them: unbound, every rank where flxrun is */
+    n = c + 1;
+    if (n < 64 && n % map->ncores != 0) {
+        run_bind(NULL, false, n, sets);
+        for (long i = 0; i < n; i++)
+            ck_assert_msg(CPU_EQUAL(&sets[i], &mine), "-n %ld on %d cores: rank %ld bound", n,
+                          map->ncores, i);
+    }
     {
-        char num[16], want[96];
+        char num[16], want[128];
         const char *args[] = {"--report-bindings", "-n", num, "true", NULL};
         const run_spec_t spec = {.args = args};
         run_result_t r;
 
         snprintf(num, sizeof(num), "%ld", c + 1);
-        snprintf(want, sizeof(want), "flxrun: %ld ranks on %ld CPUs: rank i on core i mod ", c + 1,
-                 c);
+        if ((c + 1) % map->ncores != 0)
+            snprintf(want, sizeof(want), "flxrun: %ld ranks not bound (more ranks than CPUs, not "
+                     "a multiple of the cores): CPUs ", c + 1);
+        else
+            snprintf(want, sizeof(want), "flxrun: %ld ranks on %ld CPUs: rank i on core i mod ",
+                     c + 1, c);
         run_flxrun(&spec, &r);
         ck_assert_msg(r.code == 0, "--report-bindings -n %ld: exit %d, stderr:\n%s", c + 1, r.code,
                       r.err);
         ck_assert_msg(strstr(r.err, want) != NULL, "stderr:\n%s\nwanted: %s", r.err, want);
         run_result_free(&r);
     }
+    free(map);
     /* --report-bindings says when and why the ranks are not bound */
     {
         const char *args[] = {"--report-bindings", "--bind=none", "-n", "2", "true", NULL};
@@ -1174,7 +1184,9 @@ END_TEST
 
 /* A rank the kernel will not bind: one line naming it and its CPUs, exit
  * 127 (a rank that could not start), nothing run, also with more ranks than
- * CPUs (shared cores); --bind none never asks the kernel and runs. */
+ * CPUs that the cores divide (shared cores); --bind none, and more ranks
+ * than CPUs that they do not divide (unbound), never ask the kernel and
+ * run. */
 START_TEST(test_bind_refused)
 {
     cpu_set_t mine;
@@ -1183,17 +1195,21 @@ START_TEST(test_bind_refused)
     const char *all[] = {"-n", num, "echo", "started", NULL};
     const char *none[] = {"--bind", "none", "-n", "1", "echo", "started", NULL};
     const char *over[] = {"-n", NULL, "echo", "started", NULL};
-    char over_num[16];
+    char over_num[24];
     run_spec_t spec = {.args = bound, .deny_setaffinity = 1};
     run_result_t r;
     long c;
+    cpumap_t *map = malloc(sizeof(*map));
 
     ck_assert_int_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
     c = CPU_COUNT(&mine);
+    ck_assert_ptr_nonnull(map);
+    cpumap_read(map, &mine, CPUMAP_SYSFS);
     run_flxrun(&spec, &r);
     if (r.code == NO_SECCOMP_EXIT && strstr(r.err, "check_flxrun: no seccomp filter") != NULL) {
         fprintf(stderr, "test_bind_refused: skipped: %s", r.err);
         run_result_free(&r);
+        free(map);
         return;
     }
     snprintf(want, sizeof(want), "flxrun: cannot bind rank 0 to CPUs %s of %ld: %s (--bind none runs unbound)\n",
@@ -1218,17 +1234,32 @@ START_TEST(test_bind_refused)
     ck_assert_int_eq(count_substr(r.out, "started"), 1);
     run_result_free(&r);
 
-    if (c + 1 <= 64) {
-        snprintf(over_num, sizeof(over_num), "%ld", c + 1);
+    /* C + 1 (unbound where the cores do not divide it) and the first
+     * multiple of the cores above C (shared cores) */
+    for (int t = 0; t < 2; t++) {
+        long n = t == 0 ? c + 1 : (c / map->ncores + 1) * map->ncores;
+        bool shared = n % map->ncores == 0;
+
+        if (n > 64 || (t == 1 && n == c + 1))
+            continue;
+        snprintf(over_num, sizeof(over_num), "%ld", n);
         over[1] = over_num;
         spec.args = over;
         run_flxrun(&spec, &r);
-        ck_assert_msg(r.code == 127, "-n %s > CPUs, setaffinity refused: exit %d, stderr:\n%s",
-                      over_num, r.code, r.err);
-        ck_assert_msg(strstr(r.err, "flxrun: cannot bind rank ") != NULL, "stderr:\n%s", r.err);
-        ck_assert_msg(strstr(r.out, "started") == NULL, "a rank ran:\n%s", r.out);
+        if (shared) {
+            ck_assert_msg(r.code == 127, "-n %s > CPUs, setaffinity refused: exit %d, stderr:\n%s",
+                          over_num, r.code, r.err);
+            ck_assert_msg(strstr(r.err, "flxrun: cannot bind rank ") != NULL, "stderr:\n%s",
+                          r.err);
+            ck_assert_msg(strstr(r.out, "started") == NULL, "a rank ran:\n%s", r.out);
+        } else {
+            ck_assert_msg(r.code == 0, "-n %s > CPUs, unbound, setaffinity refused: exit %d, "
+                          "stderr:\n%s", over_num, r.code, r.err);
+            ck_assert_int_eq(count_substr(r.out, "started"), (int)n);
+        }
         run_result_free(&r);
     }
+    free(map);
 }
 END_TEST
 

@@ -17,8 +17,9 @@
  *         block starts in ends, so no rank spans two cores; CPU 1 idles)
  *   -n 9 (more ranks than CPUs): rank i on the whole core i mod 4, shared
  *         (rank 0 {0,4}, rank 1 {1,5}, ..., rank 4 {0,4}, rank 8 {0,4}),
- *         so ring neighbours i and i+1 run on different cores, as
- *         `mpirun --map-by core --bind-to core:overload-allowed'
+ *         so ring neighbours i and i+1 run on different cores (and N-1
+ *         and 0 where K divides N, which flxrun requires of this binding),
+ *         as `mpirun --map-by core --bind-to core:overload-allowed'
  *
  * With one thread a core and one package (or no topology in sysfs) this is
  * CPUs [i*C/N, (i+1)*C/N) in number order, as before the map existed.

@@ -182,8 +182,8 @@ static void print_cpus(void)
     }
     cpumap_read(map, &allowed, CPUMAP_SYSFS);
     printf("# cpus: %s: %s; flxrun binds each rank to whole cores while ranks <= cores, else "
-           "to threads of one core, up to one rank a CPU, and beyond that rank i to core i mod "
-           "cores, shared (--report-bindings shows where)\n",
+           "to threads of one core, up to one rank a CPU, and beyond that, where the cores divide "
+           "the ranks, rank i to core i mod cores, shared (--report-bindings shows where)\n",
            cpumap_list(&allowed, list, sizeof(list)), cpumap_describe(map, topo, sizeof(topo)));
     free(map);
 }
