@@ -128,8 +128,11 @@ flx_status_t coll_allreduce_rd(flx_comm_h comm, const void *src, void *buf, size
 
 /* Recursive doubling, N a power of two: before round k rank r holds the
  * 2^k blocks of its group (ranks r with the low k bits cleared, and on),
- * in place; it sends them to r ^ 2^k and receives that rank's group's
- * beside them.  log2 N steps, the ring's bytes, and none of Bruck's
+ * in place; it sends them to r ^ (2^(k+1) - 1) and receives that rank's
+ * group's beside them (the other half of the aligned group of 2^(k+1);
+ * the partner always differs in bit 0, so with ranks bound to cores in
+ * turn every round crosses cores, where r ^ 2^k put round 1's pairs of 4
+ * ranks on 2 cores on one core).  log2 N steps, the ring's bytes, and none of Bruck's
  * scratch or its two copies of the whole output.  Out of place (own:
  * the caller's block) round 0 sends the block from own and copies each
  * chunk into place right behind its send, as the ring does, instead of

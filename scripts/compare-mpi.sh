@@ -498,7 +498,8 @@ run_pair() {
     [ -n "$tag" ] && sz=${tag#-}
     if [ -n "$latency" ]; then
         # the first CPUs of ranks 0 and 1 as flxrun binds N ranks (whole cores, as
-        # mpirun's --bind-to core; with more ranks than CPUs cores 0 and 1)
+        # mpirun's --bind-to core; with more ranks than CPUs that the cores divide,
+        # cores 0 and 1); unbound, or one core for both, the tool picks two CPUs
         local pair
         pair=$("$build/flxrun" --report-bindings -n "$2" true 2>&1 |
                sed -n 's/^flxrun: rank [01]: CPUs \([0-9]*\).*/\1/p' | tr '\n' ' ') || pair=""

@@ -1055,11 +1055,12 @@ static void run_bind(const char *bind, bool report, long n, cpu_set_t *sets)
 
 START_TEST(test_bind)
 {
-    cpu_set_t mine, sets[64], all;
+    cpu_set_t mine, all, *sets = calloc(256, sizeof(*sets));
     cpumap_t *map = malloc(sizeof(*map));
     long c, n;
 
     ck_assert_ptr_nonnull(map);
+    ck_assert_ptr_nonnull(sets);
     ck_assert_int_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
     c = CPU_COUNT(&mine);
     cpumap_read(map, &mine, CPUMAP_SYSFS);
@@ -1091,12 +1092,12 @@ START_TEST(test_bind)
         }
     }
     /* more ranks than CPUs, a multiple of the K cores (the first two above
-     * C, below 64): rank i on every thread of core i mod K, so ranks i and
+     * C, below 256): rank i on every thread of core i mod K, so ranks i and
      * i + 1 (and N - 1 and 0) never share a core where there are two or
      * more, as --report-bindings says */
     for (int t = 1; t <= 2; t++) {
         n = ((long)c / map->ncores + t) * map->ncores;
-        if (n >= 64)
+        if (n >= 256)
             break;
         for (int k = 0; k < 2; k++) {
             run_bind(k ? "--bind=auto" : NULL, k == 1, n, sets);
@@ -1118,9 +1119,10 @@ START_TEST(test_bind)
             }
         }
     }
-    /* ... and not a multiple of them: unbound, every rank where flxrun is */
-    n = c + 1;
-    if (n < 64 && n % map->ncores != 0) {
+    /* ... and one more than the first (never a multiple while K > 1):
+     * unbound, every rank where flxrun is */
+    n = ((long)c / map->ncores + 1) * map->ncores + 1;
+    if (n < 256 && map->ncores > 1) {
         run_bind(NULL, false, n, sets);
         for (long i = 0; i < n; i++)
             ck_assert_msg(CPU_EQUAL(&sets[i], &mine), "-n %ld on %d cores: rank %ld bound", n,
@@ -1179,6 +1181,7 @@ START_TEST(test_bind)
     run_bind("--bind=none", false, n, sets);
     for (long i = 0; i < n; i++)
         ck_assert_msg(CPU_EQUAL(&sets[i], &mine), "--bind none: rank %ld bound", i);
+    free(sets);
 }
 END_TEST
 
@@ -1240,7 +1243,7 @@ START_TEST(test_bind_refused)
         long n = t == 0 ? c + 1 : (c / map->ncores + 1) * map->ncores;
         bool shared = n % map->ncores == 0;
 
-        if (n > 64 || (t == 1 && n == c + 1))
+        if (n > 256 || (t == 1 && n == c + 1))
             continue;
         snprintf(over_num, sizeof(over_num), "%ld", n);
         over[1] = over_num;

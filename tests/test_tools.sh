@@ -27,7 +27,8 @@ echo "$out" | grep -q "FLX_SPIN_SHARED" || fail "FLX_SPIN_SHARED=fast: no line n
 out=$(FLX_LOG_LEVEL=info "$top/flxrun" -n 1 "$top/flx-example" 2>&1) || fail "flx-example, 1 rank: $out"
 echo "$out" | grep -q "busy-poll 50 us" && fail "1 rank took the short spin: $out"
 # ... counted over the union of the ranks' CPUs: bound to a core each by flxrun, the long
-# spin; unbound and one more than the cores, or bound two to a core, the short one
+# spin; unbound and one more than the cores, or twice the CPUs by default (bound to the cores
+# in turn where they divide them), the short one
 ncpu=$(awk '/^Cpus_allowed_list/ { n = 0; k = split($2, r, ","); for (i = 1; i <= k; i++) {
            m = split(r[i], ab, "-"); n += m == 2 ? ab[2] - ab[1] + 1 : 1 } print n }' /proc/self/status)
 if [ "$ncpu" -ge 2 ]; then
@@ -40,7 +41,7 @@ if [ "$ncpu" -le 15 ]; then
         fail "flx-example, $n ranks on $ncpu cores: $out"
     [ "$(echo "$out" | grep -c "tcp: $n ranks share $ncpu cores here: busy-poll 50 us")" -eq "$n" ] ||
         fail "$n ranks on $ncpu cores kept the long spin: $out"
-    # twice the CPUs, flxrun's default: bound to the cores in turn, sharing them
+    # twice the CPUs, flxrun's default: bound to the cores in turn where they divide the ranks
     n=$((2 * ncpu))
     out=$(FLX_LOG_LEVEL=info "$top/flxrun" -n "$n" "$top/flx-example" 2>&1) ||
         fail "flx-example, $n ranks on $ncpu cores, default binding: $out"

@@ -112,7 +112,8 @@ static int flxrun_sig_wfd = -1;
 static const int flxrun_fwd_signals[] = {SIGINT,  SIGTERM, SIGHUP,  SIGQUIT, SIGUSR1,
                                          SIGUSR2, SIGTSTP, SIGCONT};
 
-/* SHARED is auto with more ranks than CPUs: rank i on core i mod K. */
+/* SHARED is auto with more ranks than CPUs and K cores dividing them:
+ * rank i on core i mod K. */
 typedef enum {
     FLXRUN_BIND_AUTO,
     FLXRUN_BIND_CORE,
