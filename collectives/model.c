@@ -680,9 +680,9 @@ flx_status_t model_observe(flx_comm_h comm, int kind, flx_algo_t algo, double by
  * that every rank starts together from a barrier waits out each dependent
  * step's wake-up, where back-to-back runs overlap them.  With 4 ranks on
  * 2 CPUs a lone 1 MiB ring allreduce took 2.5-5 ms and its fit predicted
- * 2.7-3.2 ms against the 1.05-1.2 ms it takes in a loop, 2.5x the others'
- * error, so the automatic choice kept halving-doubling where the ring was
- * 1.3-1.5x faster (2-8 MiB). */
+ * 2.7-3.2 ms against the 1.05-1.2 ms it takes in a loop (the others' fits
+ * were within about 1.5x), so the automatic choice kept halving-doubling
+ * where the ring was 1.3-1.5x faster (2-8 MiB). */
 #define MODEL_FIT_BYTES (1024.0 * 1024.0) /* large enough that a stall of a few
                                              hundred us does not decide the fit */
 enum { MODEL_NFIT = MODEL_NAR + MODEL_NAG, MODEL_FIT_LOOP = 3 };
@@ -722,7 +722,6 @@ static flx_status_t model_fit_run(flx_comm_h comm, int i, float *buf, size_t cou
     flx_status_t st;
     double t = 0;
 
-    *t_p = 0;
     coll_begin(comm, COLL_BARRIER, FLX_ALGO_RD, FLX_INT32, 0, 0, "model fit");
     st = coll_barrier_dissemination(comm);
     for (int r = 0; r < warm && st == FLX_OK; r++)
