@@ -63,6 +63,11 @@ static const cfg_field_t cfg_table[] = {
      CFG_SIZE, OFF(chunk_size), 0, 4096, 0, NULL},
     {"TCP_SOCKBUF", "0", "SO_SNDBUF/SO_RCVBUF of data sockets (0: kernel autotuning)", CFG_SIZE,
      OFF(tcp_sockbuf), 0, 0, 0, NULL},
+    {"TCP_WRITE_MAX", "128k", "tcp: a long message is written at most this many bytes a sendmsg() "
+     "call, rounded down to whole segments of its connection (TCP_MAXSEG, read at the message's "
+     "start; at least one), so no write but a message's last ends in a short segment; 0: as "
+     "much as the socket takes in one call",
+     CFG_SIZE, OFF(tcp_write_max), 0, 0, 0, NULL},
     {"TCP_PARK", "10ms", "tcp: a message of 64 KiB or more that arrives before its receive is posted "
      "stays in the socket this long (its receive then takes it straight from the kernel), and "
      "only after that is read into a buffer of its own; 0 buffers it at once; at most 1s (a "

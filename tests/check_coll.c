@@ -1385,11 +1385,15 @@ static int body_lanes(flx_comm_h comm, int rank, int size, void *arg)
 /* The tcp backend with one connection per pair, with two (the higher
  * rank's long messages on the second, on the first, or picked per period
  * while running: FLX_TCP_LANE split, shared, auto), and auto (the default:
- * two where the open-file limit holds them, as here). */
+ * two where the open-file limit holds them, as here); long messages
+ * written in pieces of FLX_TCP_WRITE_MAX (the default 128 KiB; 1: one
+ * segment at a time; 200000: three on loopback; 0: as the socket takes
+ * them). */
 START_TEST(test_tcp_sockets)
 {
-    static const char *const cases[][2] = {
-        {"1", "auto"}, {"2", "split"}, {"2", "shared"}, {"2", "auto"}, {"auto", "auto"}};
+    static const char *const cases[][3] = {
+        {"1", "auto", "128k"},  {"2", "split", "1"},   {"2", "shared", "200000"},
+        {"2", "auto", "0"},     {"auto", "auto", "128k"}, {"1", "auto", "1"}};
     const char *net = getenv("FLX_NET");
     int n = sizes_n[_i];
 
@@ -1399,12 +1403,15 @@ START_TEST(test_tcp_sockets)
         int failed;
         setenv("FLX_TCP_SOCKETS", cases[k][0], 1);
         setenv("FLX_TCP_LANE", cases[k][1], 1);
+        setenv("FLX_TCP_WRITE_MAX", cases[k][2], 1);
         failed = mp_run(n, body_lanes, NULL, 120, NULL);
-        ck_assert_msg(failed == 0, "FLX_TCP_SOCKETS=%s FLX_TCP_LANE=%s: %d of %d ranks failed",
-                      cases[k][0], cases[k][1], failed, n);
+        ck_assert_msg(failed == 0,
+                      "FLX_TCP_SOCKETS=%s FLX_TCP_LANE=%s FLX_TCP_WRITE_MAX=%s: %d of %d ranks failed",
+                      cases[k][0], cases[k][1], cases[k][2], failed, n);
     }
     unsetenv("FLX_TCP_SOCKETS");
     unsetenv("FLX_TCP_LANE");
+    unsetenv("FLX_TCP_WRITE_MAX");
 }
 END_TEST
 

@@ -225,6 +225,7 @@ START_TEST(test_load_defaults)
     ck_assert(cfg.handshake_timeout_s == 5.0);
     ck_assert_uint_eq(cfg.chunk_size, 512 * 1024);
     ck_assert_uint_eq(cfg.tcp_sockbuf, 0);
+    ck_assert_uint_eq(cfg.tcp_write_max, 128 * 1024);
     ck_assert_int_eq(cfg.algo, FLX_ALGO_AUTO);
     ck_assert_int_eq(cfg.algo, 0);
     ck_assert_int_eq(cfg.net, FLX_NET_AUTO);
@@ -266,7 +267,12 @@ START_TEST(test_load_overrides)
     setenv("FLX_SPIN", "0", 1);
     setenv("FLX_TCP_PARK", "250us", 1);
     setenv("FLX_TCP_SOCKETS", "1", 1);
+    setenv("FLX_TCP_WRITE_MAX", "0", 1);
     ck_assert_int_eq(flx_config_load(&cfg), FLX_OK);
+    ck_assert_uint_eq(cfg.tcp_write_max, 0);
+    setenv("FLX_TCP_WRITE_MAX", "1m", 1);
+    ck_assert_int_eq(flx_config_load(&cfg), FLX_OK);
+    ck_assert_uint_eq(cfg.tcp_write_max, 1 << 20);
     ck_assert_int_eq(cfg.algo, FLX_ALGO_RING);
     ck_assert_int_eq(cfg.algo, 1);
     ck_assert_uint_eq(cfg.chunk_size, 1048576);
@@ -347,7 +353,7 @@ START_TEST(test_load_malformed)
         {"FLX_BETA", "10Gbit"},       {"FLX_TCP_SOCKBUF", "4x"},    {"FLX_TCP_PARK", "soon"},
         {"FLX_TCP_PARK", "-5ms"},      {"FLX_TCP_PARK", "2s"},       {"FLX_TCP_SOCKETS", "3"},
         {"FLX_TCP_SOCKETS", "0"},      {"FLX_TCP_SOCKETS", "two"},   {"FLX_TCP_LANE", "both"},
-        {"FLX_TCP_LANE", ""},
+        {"FLX_TCP_LANE", ""},          {"FLX_TCP_WRITE_MAX", "big"}, {"FLX_TCP_WRITE_MAX", "-64k"},
         {"FLX_IB_EAGER", "2m"},       {"FLX_IB_STAGE_SIZE", "128m"}, {"FLX_IB_STAGE_SLOTS", "-1"},
         {"FLX_IB_STAGE_SLOTS", "4097"},
         /* zero where zero makes no sense, and values that overflow to Inf */

@@ -1135,6 +1135,39 @@ START_TEST(test_lane_classes_interleaved)
 }
 END_TEST
 
+/* A long message's writes: whole segments, at most FLX_TCP_WRITE_MAX
+ * bytes, at least one segment; the limit itself where the segment size is
+ * unknown; no limit for 0. */
+START_TEST(test_write_cap)
+{
+    static const struct {
+        size_t max;
+        long mss;
+        size_t cap;
+    } cases[] = {
+        {131072, 65483, 130966},  /* loopback: two segments, not 128 KiB */
+        {131072, 32768, 131072},  /* a connection's first segments, half size */
+        {131072, 1448, 130320},   /* Ethernet: 90 segments */
+        {131072, 8948, 125272},   /* jumbo frames: 14 */
+        {65483, 65483, 65483},    /* exactly one */
+        {4096, 65483, 65483},     /* less than one: one */
+        {1, 1448, 1448},
+        {131072, 0, 131072},      /* unknown */
+        {131072, -1, 131072},
+        {0, 65483, SIZE_MAX},     /* no limit */
+        {0, 0, SIZE_MAX},
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t cap = tcp_write_cap(cases[i].max, cases[i].mss);
+        ck_assert_msg(cap == cases[i].cap, "max %zu, mss %ld: %zu, expected %zu", cases[i].max,
+                      cases[i].mss, cap, cases[i].cap);
+        if (cases[i].mss > 0 && cases[i].max > 0)
+            ck_assert_uint_eq(cap % (size_t)cases[i].mss, 0);
+    }
+}
+END_TEST
+
 /* The mismatch line's words for a tag: each kind names what its op field
  * holds; what no table knows stays a number. */
 START_TEST(test_tag_describe)
@@ -1213,6 +1246,7 @@ static Suite *topo_suite(void)
     tcase_add_test(tl, test_lane_pick);
     tcase_add_test(tl, test_lane_follows_placement);
     tcase_add_test(tl, test_lane_classes_interleaved);
+    tcase_add_test(tl, test_write_cap);
     suite_add_tcase(s, tl);
     return s;
 }

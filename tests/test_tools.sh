@@ -41,12 +41,20 @@ if [ "$ncpu" -le 15 ]; then
         fail "flx-example, $n ranks on $ncpu cores: $out"
     [ "$(echo "$out" | grep -c "tcp: $n ranks share $ncpu cores here: busy-poll 50 us")" -eq "$n" ] ||
         fail "$n ranks on $ncpu cores kept the long spin: $out"
+    echo "$out" | grep -q "CPUs apart" && fail "unbound ranks found others on CPUs apart: $out"
     # twice the CPUs, flxrun's default: bound to the cores in turn where they divide the ranks
     n=$((2 * ncpu))
     out=$(FLX_LOG_LEVEL=info "$top/flxrun" -n "$n" "$top/flx-example" 2>&1) ||
         fail "flx-example, $n ranks on $ncpu cores, default binding: $out"
     [ "$(echo "$out" | grep -c "tcp: $n ranks share $ncpu cores here: busy-poll 50 us")" -eq "$n" ] ||
         fail "$n ranks sharing $ncpu cores (default binding) kept the long spin: $out"
+    # ... but FLX_SPIN while every rank awaited runs on another core: n / K ranks a core
+    ncore=$("$top/flx-info" | sed -n 's/^# cpus: .*: [0-9]* CPUs\{0,1\} in \([0-9]*\) cores\{0,1\} .*/\1/p')
+    [ -n "$ncore" ] || fail "flx-info names no core count"
+    apart=$((n - n / ncore)) want=0
+    [ "$apart" -gt 0 ] && want=$n
+    [ "$(echo "$out" | grep -c "tcp: busy-poll 2 ms (FLX_SPIN) while every rank awaited runs on CPUs apart from this rank's: $apart of the $((n - 1)) others")" -eq "$want" ] ||
+        fail "$n ranks bound in turn to $ncore cores: not $want lines of $apart ranks on CPUs apart: $out"
 fi
 
 "$top/flx-info" | grep -q "build features: tcp" || fail "flx-info has no feature line"
@@ -70,6 +78,12 @@ FLX_TCP_SOCKETS=2 "$top/flx-info" | grep -q "^# transports: tcp (2 connections p
     fail "flx-info does not say what FLX_TCP_LANE=auto does"
 FLX_SPIN=10us "$top/flx-info" | grep -q "^# tcp waiting: busy-polls 10 us (FLX_SPIN.* awaited from one peer only and nothing to write, it spins on recv() alone$" ||
     fail "flx-info does not say how the tcp backend waits"
+"$top/flx-info" | grep -q "^# tcp waiting: .*where the job's ranks outnumber their CPUs, unless every rank awaited runs on CPUs apart" ||
+    fail "flx-info does not say when ranks that share cores spin the full time"
+FLX_TCP_WRITE_MAX=64k "$top/flx-info" | grep -q "^# tcp writes: a long message in sendmsg() calls of at most 64 KiB (FLX_TCP_WRITE_MAX), rounded down to whole segments" ||
+    fail "flx-info does not show how long messages are written"
+FLX_TCP_WRITE_MAX=0 "$top/flx-info" | grep -q "^# tcp writes: a long message in sendmsg() calls of as much as the socket takes (FLX_TCP_WRITE_MAX=0)" ||
+    fail "flx-info does not show FLX_TCP_WRITE_MAX=0"
 # the CPUs flxrun places ranks on: this process's list and count, as the kernel has them
 cpus=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
 ncpu=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) # (nproc obeys OMP_NUM_THREADS)

@@ -242,9 +242,19 @@ static int info_main(int argc, char **argv)
                  "while running, FLX_TCP_LANE=auto",
            strstr(flx_build_features(), "verbs") ? ", ib" : "");
     printf("# tcp waiting: busy-polls %.0f us (FLX_SPIN; at most %.0f us, FLX_SPIN_SHARED, where the "
-           "job's ranks outnumber their CPUs) before sleeping in poll(); with a short message "
-           "(under 64 KiB) awaited from one peer only and nothing to write, it spins on recv() "
-           "alone\n", cfg.spin_s * 1e6, cfg.spin_shared_s * 1e6);
+           "job's ranks outnumber their CPUs, unless every rank awaited runs on CPUs apart from "
+           "this rank's: another machine, or cores it cannot use) before sleeping in poll(); with "
+           "a short message (under 64 KiB) awaited from one peer only and nothing to write, it "
+           "spins on recv() alone\n", cfg.spin_s * 1e6, cfg.spin_shared_s * 1e6);
+    if (cfg.tcp_write_max == 0)
+        printf("# tcp writes: a long message in sendmsg() calls of as much as the socket takes "
+               "(FLX_TCP_WRITE_MAX=0)\n");
+    else
+        printf("# tcp writes: a long message in sendmsg() calls of at most %zu %s "
+               "(FLX_TCP_WRITE_MAX), rounded down to whole segments of its connection (at least "
+               "one), so that no write but its last ends in a short segment\n",
+               cfg.tcp_write_max % 1024 ? cfg.tcp_write_max : cfg.tcp_write_max >> 10,
+               cfg.tcp_write_max % 1024 ? "bytes" : "KiB");
     printf("# collectives: allreduce (ring, tree, rd, hd), allgather (ring, rd/Bruck), broadcast "
            "(binomial, chain), reduce_scatter (ring; small on 4+ ranks: an allreduce, rd/tree/hd, "
            "where recursive doubling's fitted alpha and beta say so), barrier (dissemination)\n");

@@ -784,9 +784,10 @@ static void boot_own_cpus(cpu_set_t *set)
  * (network namespaces share it, and share the cores), and the CPUs they
  * may run on together (the union of their affinity masks: ranks a launcher
  * bound to a core each have as many as there are ranks, unbound ones every
- * core, ranks all confined to one core that one).  An unreadable id counts
- * every rank as local on this rank's own CPUs: backends then take the
- * cautious choice. */
+ * core, ranks all confined to one core that one); and which ranks may run
+ * on a CPU of ours (near: here, with masks that meet).  An unreadable id
+ * counts every rank as local on this rank's own CPUs: backends then take
+ * the cautious choice. */
 static flx_status_t boot_local_ranks(boot_t *boot)
 {
     struct {
@@ -809,10 +810,15 @@ static flx_status_t boot_local_ranks(boot_t *boot)
     local = mine.cpus;
     boot->local_size = mine.id[0] ? 0 : boot->size;
     for (int j = 0; mine.id[0] && j < boot->size && st == FLX_OK; j++) {
-        if (memcmp(all[j].id, mine.id, BOOT_ID_BYTES) != 0)
+        cpu_set_t both;
+        if (memcmp(all[j].id, mine.id, BOOT_ID_BYTES) != 0) {
+            boot->near[j] = 0;
             continue;
+        }
         boot->local_size++;
         CPU_OR(&local, &local, &all[j].cpus);
+        CPU_AND(&both, &mine.cpus, &all[j].cpus);
+        boot->near[j] = CPU_COUNT(&both) > 0;
     }
     boot->local_cpus = CPU_COUNT(&local);
     free(all);
@@ -855,10 +861,12 @@ flx_status_t boot_create(int rank, int size, const char *root, const char *secre
     boot->fds = malloc((size_t)size * sizeof(*boot->fds));
     boot->fds2 = malloc((size_t)size * sizeof(*boot->fds2));
     boot->addrs = calloc((size_t)size, sizeof(*boot->addrs));
-    if (boot->fds == NULL || boot->fds2 == NULL || boot->addrs == NULL) {
+    boot->near = malloc((size_t)size);
+    if (boot->fds == NULL || boot->fds2 == NULL || boot->addrs == NULL || boot->near == NULL) {
         st = FLX_ERR_NO_MEMORY;
         goto err_destroy_boot;
     }
+    memset(boot->near, 1, (size_t)size); /* not known yet */
     for (int r = 0; r < size; r++)
         boot->fds[r] = boot->fds2[r] = -1;
     auth_key_derive(secret, &boot->key);
@@ -925,6 +933,7 @@ void boot_destroy(boot_t *boot)
     free(boot->fds);
     free(boot->fds2);
     free(boot->addrs);
+    free(boot->near);
     free(boot->hosts);
     sodium_memzero(&boot->key, sizeof(boot->key));
     free(boot);

@@ -42,6 +42,11 @@ typedef struct boot {
                                      them when this rank cannot read its id    */
     int local_cpus;               /* CPUs those ranks may run on together (the
                                      union of their affinity masks); 0 unknown */
+    unsigned char *near;          /* near[r]: rank r may run on one of this
+                                     rank's CPUs (this machine, affinity masks
+                                     that meet), or that is not known; 0: on
+                                     another machine or on CPUs apart; NULL:
+                                     not known for any                       */
     auth_key_t key;
     flx_config_t cfg;
 } boot_t;

@@ -54,3 +54,14 @@ void tcp_lane_note(tcp_lane_t *l, int bucket, int lane, double seconds, uint64_t
         *cost = (1 - TCP_LANE_WEIGHT) * *cost + TCP_LANE_WEIGHT * c;
     l->used[lane]++;
 }
+
+size_t tcp_write_cap(size_t write_max, long mss)
+{
+    if (write_max == 0)
+        return SIZE_MAX;
+    if (mss <= 0)
+        return write_max;
+    if (write_max <= (size_t)mss)
+        return (size_t)mss;
+    return write_max - write_max % (size_t)mss;
+}

@@ -1,5 +1,6 @@
 /* lane.h -- which of a pair's two connections the higher rank's long
- * messages take, chosen while the job runs (FLX_TCP_LANE=auto).
+ * messages take, chosen while the job runs (FLX_TCP_LANE=auto), and how
+ * much of a long message one write takes (tcp_write_cap, at the end).
  *
  * Split (the second connection, see tcp.h) lets the two directions of an
  * exchange overlap; that is the faster way while the two ranks' cores
@@ -25,6 +26,7 @@
 #ifndef FLX_TRANSPORT_TCP_LANE_H
 #define FLX_TRANSPORT_TCP_LANE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 enum { TCP_LANE_SPLIT = 0, TCP_LANE_SHARED = 1 };
@@ -69,5 +71,22 @@ int tcp_lane_pick(const tcp_lane_t *l, int bucket);
  * period of a class counts for nothing: it often pays for fresh pages
  * and cold caches that later ones do not. */
 void tcp_lane_note(tcp_lane_t *l, int bucket, int lane, double seconds, uint64_t bytes);
+
+/* How many bytes of a long message one sendmsg() call writes
+ * (FLX_TCP_WRITE_MAX, tcp.c): at most write_max, rounded down to whole
+ * segments of mss bytes (at least one), so each write but a message's
+ * last leaves in full segments; write_max itself where mss is not known
+ * (<= 0); SIZE_MAX (no limit) for write_max 0.
+ *
+ * One call per 512 KiB chunk left up to half of it queued behind the
+ * congestion window on loopback, sent later from the peer's CPU as its
+ * acknowledgements came in, so a connection's segments reached the
+ * receiver through two CPUs' queues out of order: about 600 spurious
+ * fast retransmits in 4000 calls of a 4-rank 2 MiB allgather, 60 with
+ * writes of two segments (the ring's 2 MiB allgather 1.25 ms -> 0.99).
+ * A write that is not whole segments ends in a short one, which cost
+ * more than the order gained (2 x 65483-byte segments: 0.99 ms; 128 KiB,
+ * one 106-byte segment more: 1.95 ms). */
+size_t tcp_write_cap(size_t write_max, long mss);
 
 #endif

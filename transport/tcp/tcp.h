@@ -22,7 +22,8 @@
  *
  * Every message is a 48-byte header followed by its payload.  Small and
  * large messages take the same path (no per-message handshake): the sender
- * writes header and payload with one sendmsg; the receiver matches the
+ * writes header and payload with one sendmsg (a long one in several, of
+ * whole segments: FLX_TCP_WRITE_MAX, tcp_write_cap); the receiver matches the
  * header to a posted receive and reads the payload straight into the
  * user's buffer, or into a buffer of its own when nothing is posted yet
  * (unexpected message), copied out when the receive is posted. */
@@ -92,6 +93,8 @@ typedef struct {
     size_t ra_off_alt, ra_len_alt; /* waits there for the switch back  */
     unsigned long reads;      /* recv() calls that returned data or EOF  */
     int lane_auto;            /* this rank picks wfd_long per period     */
+    size_t wcap;              /* bytes one write of sq_head takes         */
+    int near;                 /* the peer may run on one of our CPUs      */
     tcp_lane_t lane;          /* (the higher rank, FLX_TCP_LANE=auto)    */
 } tcp_conn_t;
 
@@ -117,6 +120,8 @@ struct tl_ctx {
     tl_cur_t cur;             /* newest collective seen in a request     */
     int nparked;              /* connections parked (tcp_conn_t.parked)  */
     unsigned long park_buffered; /* parked messages buffered before their receive */
+    double spin_apart_s;      /* the busy-poll while every peer awaited  */
+                              /* runs on CPUs apart from ours (FLX_SPIN) */
     flx_config_t cfg;
 };
 
