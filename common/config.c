@@ -63,10 +63,11 @@ static const cfg_field_t cfg_table[] = {
      CFG_SIZE, OFF(chunk_size), 0, 4096, 0, NULL},
     {"TCP_SOCKBUF", "0", "SO_SNDBUF/SO_RCVBUF of data sockets (0: kernel autotuning)", CFG_SIZE,
      OFF(tcp_sockbuf), 0, 0, 0, NULL},
-    {"TCP_WRITE_MAX", "128k", "tcp: a long message is written at most this many bytes a sendmsg() "
-     "call, rounded down to whole segments of its connection (TCP_MAXSEG, read at the message's "
-     "start; at least one), so no write but a message's last ends in a short segment; 0: as "
-     "much as the socket takes in one call",
+    {"TCP_WRITE_MAX", "128k", "tcp: a message longer than this (its 48-byte header and payload "
+     "together) is written in sendmsg() calls of at most this many bytes, rounded down to whole "
+     "segments of its connection (TCP_MAXSEG, read at the message's start; at least one), so no "
+     "write but a message's last ends in a short segment; 0: as much as the socket takes in one "
+     "call",
      CFG_SIZE, OFF(tcp_write_max), 0, 0, 0, NULL},
     {"TCP_PARK", "10ms", "tcp: a message of 64 KiB or more that arrives before its receive is posted "
      "stays in the socket this long (its receive then takes it straight from the kernel), and "
@@ -98,11 +99,14 @@ static const cfg_field_t cfg_table[] = {
      OFF(model_refresh), 0, 0, 1 << 20, NULL},
     {"SPIN", "2ms", "tcp: busy-poll this long (yielding the core) before sleeping in poll(); "
      "FLX_SPIN_SHARED when the job's ranks on this machine outnumber the CPUs (hardware threads) "
-     "they may use together (the union of their CPU affinity); 0 sleeps at once",
+     "they may use together (the union of their CPU affinity), except while every rank awaited "
+     "runs on CPUs apart from this rank's (another machine, or CPUs its affinity excludes); "
+     "0 sleeps at once",
      CFG_TIME, OFF(spin_s), 0, 0, 0, NULL},
     {"SPIN_SHARED", "50us", "tcp and ib: the busy-poll (at most FLX_SPIN, FLX_IB_SPIN) when the "
      "job's ranks on this machine outnumber the CPUs they may use together: a long one takes the "
-     "core from the rank it waits for", CFG_TIME, OFF(spin_shared_s), 0, 0, 0, NULL},
+     "core from the rank it waits for (tcp: not while every rank awaited runs on CPUs apart from "
+     "this rank's)", CFG_TIME, OFF(spin_shared_s), 0, 0, 0, NULL},
     {"IB_HCA", "", "RDMA device and port for the ib backend, name[:port] (default: hwloc-nearest active port)",
      CFG_STRING, OFF(ib_hca), SZ(ib_hca), 0, 0, NULL},
     {"IB_GID_INDEX", "", "GID entry whose IPv4 address rdmacm binds (default: the port's netdev address)",

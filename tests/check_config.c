@@ -24,7 +24,7 @@ static const char *const KNOBS[] = {
     "LOG_LEVEL", "LOG_SUBSYS", "RANK", "SIZE", "ROOT", "JOB_SECRET",
     "SOCKET_IFNAME", "NET", "ALGO", "TIMEOUT", "CONNECT_TIMEOUT",
     "HANDSHAKE_TIMEOUT", "CHUNK_SIZE", "TCP_SOCKBUF", "CALIBRATE", "ALPHA",
-    "BETA", "SPIN",
+    "BETA", "SPIN", "SPIN_SHARED", "TCP_WRITE_MAX",
 };
 #define NKNOBS (sizeof(KNOBS) / sizeof(KNOBS[0]))
 

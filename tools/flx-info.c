@@ -243,7 +243,7 @@ static int info_main(int argc, char **argv)
            strstr(flx_build_features(), "verbs") ? ", ib" : "");
     printf("# tcp waiting: busy-polls %.0f us (FLX_SPIN; at most %.0f us, FLX_SPIN_SHARED, where the "
            "job's ranks outnumber their CPUs, unless every rank awaited runs on CPUs apart from "
-           "this rank's: another machine, or cores it cannot use) before sleeping in poll(); with "
+           "this rank's: another machine, or CPUs its affinity excludes) before sleeping in poll(); with "
            "a short message (under 64 KiB) awaited from one peer only and nothing to write, it "
            "spins on recv() alone\n", cfg.spin_s * 1e6, cfg.spin_shared_s * 1e6);
     if (cfg.tcp_write_max == 0)

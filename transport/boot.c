@@ -811,6 +811,8 @@ static flx_status_t boot_local_ranks(boot_t *boot)
     boot->local_size = mine.id[0] ? 0 : boot->size;
     for (int j = 0; mine.id[0] && j < boot->size && st == FLX_OK; j++) {
         cpu_set_t both;
+        if (all[j].id[0] == 0) /* its id unreadable: may be here, on our CPUs */
+            continue;
         if (memcmp(all[j].id, mine.id, BOOT_ID_BYTES) != 0) {
             boot->near[j] = 0;
             continue;
@@ -860,6 +862,12 @@ flx_status_t boot_create(int rank, int size, const char *root, const char *secre
     boot->lanes = 1;
     boot->fds = malloc((size_t)size * sizeof(*boot->fds));
     boot->fds2 = malloc((size_t)size * sizeof(*boot->fds2));
+    for (int r = 0; r < size; r++) { /* before boot_destroy can see them */
+        if (boot->fds)
+            boot->fds[r] = -1;
+        if (boot->fds2)
+            boot->fds2[r] = -1;
+    }
     boot->addrs = calloc((size_t)size, sizeof(*boot->addrs));
     boot->near = malloc((size_t)size);
     if (boot->fds == NULL || boot->fds2 == NULL || boot->addrs == NULL || boot->near == NULL) {
@@ -867,8 +875,6 @@ flx_status_t boot_create(int rank, int size, const char *root, const char *secre
         goto err_destroy_boot;
     }
     memset(boot->near, 1, (size_t)size); /* not known yet */
-    for (int r = 0; r < size; r++)
-        boot->fds[r] = boot->fds2[r] = -1;
     auth_key_derive(secret, &boot->key);
     boot->local_size = 1;
     boot->local_cpus = 0; /* unknown: boot_spin keeps FLX_SPIN */

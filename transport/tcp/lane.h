@@ -83,7 +83,8 @@ void tcp_lane_note(tcp_lane_t *l, int bucket, int lane, double seconds, uint64_t
  * acknowledgements came in, so a connection's segments reached the
  * receiver through two CPUs' queues out of order: about 600 spurious
  * fast retransmits in 4000 calls of a 4-rank 2 MiB allgather, 60 with
- * writes of two segments (the ring's 2 MiB allgather 1.25 ms -> 0.99).
+ * writes of two segments (the ring's 2 MiB allgather, 6 alternating
+ * rounds: 1.12 ms -> 0.99).
  * A write that is not whole segments ends in a short one, which cost
  * more than the order gained (2 x 65483-byte segments: 0.99 ms; 128 KiB,
  * one 106-byte segment more: 1.95 ms). */

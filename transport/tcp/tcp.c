@@ -356,9 +356,16 @@ static int conn_send_progress(tl_ctx_t *ctx, tcp_conn_t *c)
             iov[n].iov_base = (char *)r->buf + (r->done_bytes - hlen);
             iov[n++].iov_len = total - r->done_bytes;
         }
-        for (int i = 0; i < n; i++) { /* at most c->wcap bytes */
-            iov[i].iov_len = FLX_MIN(iov[i].iov_len, c->wcap - want);
-            want += iov[i].iov_len;
+        if (c->wcap != SIZE_MAX) {
+            /* up to the next multiple of c->wcap from the message's start:
+             * a write the socket cut short does not shift the later ones */
+            size_t room = c->wcap - r->done_bytes % c->wcap;
+            for (int i = 0; i < n; i++) {
+                iov[i].iov_len = FLX_MIN(iov[i].iov_len, room - want);
+                want += iov[i].iov_len;
+            }
+        } else {
+            want = total - r->done_bytes;
         }
         /* sendmsg, not writev: MSG_NOSIGNAL turns a vanished peer into
          * EPIPE (FLX_ERR_PEER_LOST) instead of a SIGPIPE that kills us */
@@ -1031,10 +1038,27 @@ static tcp_conn_t *direct_conn(tl_ctx_t *ctx, int n)
     return d;
 }
 
+double tcp_wait_spin(const tl_ctx_t *ctx)
+{
+    int awaits = 0;
+
+    if (ctx->spin_apart_s <= ctx->cfg.spin_s)
+        return ctx->cfg.spin_s;
+    for (int p = 0; p < ctx->size; p++) {
+        const tcp_conn_t *c = &ctx->conns[p];
+        if (c->fd < 0 || c->eof || !(c->posted_head || c->rreq || c->sq_head))
+            continue;
+        if (c->near)
+            return ctx->cfg.spin_s;
+        awaits = 1;
+    }
+    return awaits ? ctx->spin_apart_s : ctx->cfg.spin_s;
+}
+
 static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
 {
-    int n = 0, rc = 0, ms, awaits = 0, near = 0;
-    double spin_end, park_due = 0, spin_s = ctx->cfg.spin_s;
+    int n = 0, rc = 0, ms;
+    double spin_end, park_due = 0, spin_s = tcp_wait_spin(ctx);
     tcp_conn_t *direct;
 
     if (ctx->err != FLX_OK)
@@ -1049,10 +1073,6 @@ static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
         int split = c->wfd != c->fd; /* sending on the other connection */
         if (c->fd < 0 || c->eof)
             continue;
-        if (c->posted_head || c->rreq || c->sq_head) { /* a peer we wait for */
-            awaits = 1;
-            near |= c->near;
-        }
         ctx->pfds[n].fd = c->fd; /* a parked one: the peer closing, or errors */
         ctx->pfds[n].events =
             (short)((c->parked ? POLLRDHUP : POLLIN) | (c->sq_head && !split ? POLLOUT : 0));
@@ -1068,15 +1088,7 @@ static flx_status_t tcp_progress(tl_ctx_t *ctx, double timeout_s)
         }
     }
     /* spin a little (a reply often comes within microseconds and a sleep
-     * costs more than that), yielding the core to other ranks, then sleep.
-     * Where ranks outnumber the cores the spin is short (FLX_SPIN_SHARED:
-     * it must not keep the core from the rank we wait for), unless every
-     * rank we wait for runs on CPUs apart from ours: then what our spin
-     * takes from the ranks that share our core (each yield hands it over)
-     * costs less than the sleep it saves (4 ranks on 2 cores, bound in
-     * turn: see spin_apart_s in tcp_create) */
-    if (awaits && !near)
-        spin_s = ctx->spin_apart_s;
+     * costs more than that), yielding the core to other ranks, then sleep */
     if (park_due > 0) /* wake up to buffer a parked message when it is due */
         timeout_s = FLX_MIN(timeout_s, FLX_MAX(park_due - flx_time_now(), 0.0));
     spin_end = spin_s > 0 ? flx_time_now() + FLX_MIN(spin_s, timeout_s) : 0;
