@@ -99,8 +99,9 @@ static const cfg_field_t cfg_table[] = {
      OFF(model_refresh), 0, 0, 1 << 20, NULL},
     {"SPIN", "2ms", "tcp: busy-poll this long (yielding the core) before sleeping in poll(); "
      "FLX_SPIN_SHARED when the job's ranks on this machine outnumber the CPUs (hardware threads) "
-     "they may use together (the union of their CPU affinity), except while every rank awaited "
-     "runs on CPUs apart from this rank's (another machine, or CPUs its affinity excludes); "
+     "they may use together (the union of their CPU affinity), except while ranks are awaited "
+     "and every one of them runs on CPUs apart from this rank's (another machine, or CPUs its "
+     "affinity excludes); "
      "0 sleeps at once",
      CFG_TIME, OFF(spin_s), 0, 0, 0, NULL},
     {"SPIN_SHARED", "50us", "tcp and ib: the busy-poll (at most FLX_SPIN, FLX_IB_SPIN) when the "

@@ -24,6 +24,7 @@ static flx_config_t base_cfg(void)
     ck_assert_int_eq(flx_config_load(&cfg), FLX_OK);
     cfg.timeout_s = 1.0;
     cfg.tcp_sockets = 1;
+    cfg.tcp_sockbuf = 0; /* not the environment's: the records below must fit */
     return cfg;
 }
 
@@ -70,6 +71,14 @@ static int send_pieces(size_t write_max, size_t len, size_t *rec, int max)
     ck_assert_ptr_nonnull(in);
     memset(buf, 0x5a, len);
     ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, sv), 0);
+    {   /* room for the whole message at once: a record is at most the
+         * send buffer (net.core.wmem_default, often 208 KiB) */
+        int sb = 512 << 10, got = 0;
+        socklen_t sl = sizeof(got);
+        ck_assert_int_eq(setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &sb, sizeof(sb)), 0);
+        ck_assert_int_eq(getsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &got, &sl), 0);
+        ck_assert_msg((size_t)got > 2 * (len + 4096), "send buffer %d for %zu bytes", got, len);
+    }
     cfg.tcp_write_max = write_max;
     fds[0] = -1;
     fds[1] = sv[0];
@@ -142,7 +151,8 @@ static void end_three(tl_ctx_t *ctx, const int a[2], const int b[2])
 /* Rank 0 of 3, its ranks outnumbering the cores (FLX_SPIN_SHARED 50 us,
  * FLX_SPIN 2 ms): rank 1 apart, rank 2 near.  Nothing awaited, or a
  * receive from rank 2: the short spin; from rank 1 only: the long one;
- * from both: the short one.  Not known which are apart: the short one.
+ * from both, or a send queued to rank 2: the short one.  Not known which
+ * are apart: the short one.
  * Ranks no more than the cores: FLX_SPIN whatever is awaited. */
 START_TEST(test_wait_spin)
 {
@@ -167,6 +177,25 @@ START_TEST(test_wait_spin)
     ck_assert_int_eq(tl_tcp_ops.irecv(ctx, 2, &tag, y, sizeof(y), &r2), FLX_OK);
     ck_assert(tcp_wait_spin(ctx) == 50e-6);
     end_three(ctx, a, b);
+
+    /* a send queued to rank 2 (near; more than its socket takes) counts
+     * as awaited too */
+    ctx = three(&cfg, near, 1, a, b);
+    ck_assert_int_eq(tl_tcp_ops.irecv(ctx, 1, &tag, x, sizeof(x), &r1), FLX_OK);
+    ck_assert(tcp_wait_spin(ctx) == 2e-3);
+    {
+        const size_t big = 16 << 20;
+        char *m = calloc(1, big);
+        tl_req_t s2;
+        tl_tag_t t2 = tag;
+        ck_assert_ptr_nonnull(m);
+        t2.count = big;
+        ck_assert_int_eq(tl_tcp_ops.isend(ctx, 2, &t2, m, big, &s2), FLX_OK);
+        ck_assert_msg(!s2.complete, "16 MiB fitted a unix socket's buffer");
+        ck_assert(tcp_wait_spin(ctx) == 50e-6);
+        end_three(ctx, a, b);
+        free(m);
+    }
 
     ctx = three(&cfg, NULL, 1, a, b);
     ck_assert_int_eq(tl_tcp_ops.irecv(ctx, 1, &tag, x, sizeof(x), &r1), FLX_OK);

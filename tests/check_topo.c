@@ -1137,7 +1137,8 @@ END_TEST
 
 /* A long message's writes: whole segments, at most FLX_TCP_WRITE_MAX
  * bytes, at least one segment; the limit itself where the segment size is
- * unknown; no limit for 0. */
+ * unknown; no limit for 0.  After a short write the next one ends where
+ * the piece would have. */
 START_TEST(test_write_cap)
 {
     static const struct {
@@ -1165,6 +1166,14 @@ START_TEST(test_write_cap)
         if (cases[i].mss > 0 && cases[i].max > 0)
             ck_assert_uint_eq(cap % (size_t)cases[i].mss, 0);
     }
+    /* the next write: up to the next multiple of the cap from the start */
+    ck_assert_uint_eq(tcp_write_room(0, 40000), 40000);
+    ck_assert_uint_eq(tcp_write_room(10, 40000), 39990); /* inside the header */
+    ck_assert_uint_eq(tcp_write_room(30000, 40000), 10000); /* after a short write */
+    ck_assert_uint_eq(tcp_write_room(40000, 40000), 40000);
+    ck_assert_uint_eq(tcp_write_room(70001, 40000), 9999);
+    ck_assert_uint_eq(tcp_write_room(5, 1), 1);
+    ck_assert_uint_eq(tcp_write_room(12345, SIZE_MAX), SIZE_MAX);
 }
 END_TEST
 

@@ -785,9 +785,9 @@ static void boot_own_cpus(cpu_set_t *set)
  * may run on together (the union of their affinity masks: ranks a launcher
  * bound to a core each have as many as there are ranks, unbound ones every
  * core, ranks all confined to one core that one); and which ranks may run
- * on a CPU of ours (near: here, with masks that meet).  An unreadable id
- * counts every rank as local on this rank's own CPUs: backends then take
- * the cautious choice. */
+ * on a CPU of ours (near: not known to be elsewhere, with masks that meet).
+ * An unreadable id (ours: every rank's) counts that rank as local on this
+ * rank's own CPUs: backends then take the cautious choice. */
 static flx_status_t boot_local_ranks(boot_t *boot)
 {
     struct {
@@ -808,18 +808,18 @@ static flx_status_t boot_local_ranks(boot_t *boot)
     boot_own_cpus(&mine.cpus);
     st = boot_allgather(boot, &mine, all, sizeof(mine));
     local = mine.cpus;
-    boot->local_size = mine.id[0] ? 0 : boot->size;
-    for (int j = 0; mine.id[0] && j < boot->size && st == FLX_OK; j++) {
+    boot->local_size = 0;
+    for (int j = 0; j < boot->size && st == FLX_OK; j++) {
+        const int known = mine.id[0] && all[j].id[0]; /* else: may be here, on our CPUs */
         cpu_set_t both;
-        if (all[j].id[0] == 0) /* its id unreadable: may be here, on our CPUs */
-            continue;
-        if (memcmp(all[j].id, mine.id, BOOT_ID_BYTES) != 0) {
-            boot->near[j] = 0;
+        if (known && memcmp(all[j].id, mine.id, BOOT_ID_BYTES) != 0) {
+            boot->near[j] = 0; /* another machine */
             continue;
         }
         boot->local_size++;
-        CPU_OR(&local, &local, &all[j].cpus);
-        CPU_AND(&both, &mine.cpus, &all[j].cpus);
+        if (known)
+            CPU_OR(&local, &local, &all[j].cpus);
+        CPU_AND(&both, &mine.cpus, &all[j].cpus); /* masks apart: never on our CPUs */
         boot->near[j] = CPU_COUNT(&both) > 0;
     }
     boot->local_cpus = CPU_COUNT(&local);

@@ -65,3 +65,8 @@ size_t tcp_write_cap(size_t write_max, long mss)
         return (size_t)mss;
     return write_max - write_max % (size_t)mss;
 }
+
+size_t tcp_write_room(size_t done, size_t cap)
+{
+    return cap == SIZE_MAX ? SIZE_MAX : cap - done % cap;
+}

@@ -90,4 +90,10 @@ void tcp_lane_note(tcp_lane_t *l, int bucket, int lane, double seconds, uint64_t
  * one 106-byte segment more: 1.95 ms). */
 size_t tcp_write_cap(size_t write_max, long mss);
 
+/* Bytes the next write of a message may take, done of it written, in
+ * pieces of cap (tcp_write_cap): up to the next multiple of cap from the
+ * message's start, so a write the socket cut short does not shift the
+ * later ones; SIZE_MAX for no limit. */
+size_t tcp_write_room(size_t done, size_t cap);
+
 #endif

@@ -356,16 +356,12 @@ static int conn_send_progress(tl_ctx_t *ctx, tcp_conn_t *c)
             iov[n].iov_base = (char *)r->buf + (r->done_bytes - hlen);
             iov[n++].iov_len = total - r->done_bytes;
         }
-        if (c->wcap != SIZE_MAX) {
-            /* up to the next multiple of c->wcap from the message's start:
-             * a write the socket cut short does not shift the later ones */
-            size_t room = c->wcap - r->done_bytes % c->wcap;
+        {
+            size_t room = tcp_write_room(r->done_bytes, c->wcap);
             for (int i = 0; i < n; i++) {
                 iov[i].iov_len = FLX_MIN(iov[i].iov_len, room - want);
                 want += iov[i].iov_len;
             }
-        } else {
-            want = total - r->done_bytes;
         }
         /* sendmsg, not writev: MSG_NOSIGNAL turns a vanished peer into
          * EPIPE (FLX_ERR_PEER_LOST) instead of a SIGPIPE that kills us */

@@ -127,12 +127,13 @@ struct tl_ctx {
 
 /* The busy-poll of a progress round now: cfg.spin_s (FLX_SPIN, or
  * FLX_SPIN_SHARED where ranks outnumber the cores), but spin_apart_s where
- * that is longer and every peer with something awaited (a receive posted
- * or being read, a send queued) runs on CPUs apart from ours (!near): a
- * short spin must not keep the core from the rank we wait for, and such a
- * rank does not run on our core; what our spin takes from the ranks that
- * share it (each yield hands it over) costs less than the sleep it saves
- * (4 ranks on 2 cores bound in turn: spin_apart_s in tcp_create). */
+ * that is longer, something is awaited and every peer it is awaited from
+ * (a receive posted or being read, a send queued) runs on CPUs apart from
+ * ours (!near): a short spin must not keep the core from the rank we wait
+ * for, and such a rank does not run on our core; what our spin takes from
+ * the ranks that share it (each yield hands it over) costs less than the
+ * sleep it saves (4 ranks on 2 cores bound in turn: spin_apart_s in
+ * tcp_create). */
 double tcp_wait_spin(const tl_ctx_t *ctx);
 
 #endif
