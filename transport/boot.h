@@ -43,8 +43,8 @@ typedef struct boot {
     int local_cpus;               /* CPUs those ranks may run on together (the
                                      union of their affinity masks); 0 unknown */
     unsigned char *near;          /* near[r]: rank r may run on one of this
-                                     rank's CPUs (this machine, affinity masks
-                                     that meet), or that is not known; 0: on
+                                     rank's CPUs (not known to be on another
+                                     machine, affinity masks that meet); 0: on
                                      another machine or on CPUs apart; NULL:
                                      not known for any                       */
     auth_key_t key;
