@@ -69,6 +69,12 @@ static const cfg_field_t cfg_table[] = {
      "write but a message's last ends in a short segment; 0: as much as the socket takes in one "
      "call",
      CFG_SIZE, OFF(tcp_write_max), 0, 0, 0, NULL},
+    {"TCP_NOTSENT_LOWAT", "16k", "tcp: TCP_NOTSENT_LOWAT of data sockets: a socket takes more of a "
+     "message only while less than this much of what it holds is not yet sent, so a long message "
+     "goes out from the sending rank's own writes instead of queueing behind the congestion window "
+     "(on loopback the queued part left from the peer's CPU, out of order); 0: the kernel's "
+     "default (net.ipv4.tcp_notsent_lowat); at most 1g",
+     CFG_SIZE, OFF(tcp_notsent_lowat), 0, 0, 1L << 30, NULL},
     {"TCP_PARK", "10ms", "tcp: a message of 64 KiB or more that arrives before its receive is posted "
      "stays in the socket this long (its receive then takes it straight from the kernel), and "
      "only after that is read into a buffer of its own; 0 buffers it at once; at most 1s (a "

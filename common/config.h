@@ -25,6 +25,7 @@ typedef struct {
     size_t chunk_size;          /* FLX_CHUNK_SIZE, bytes */
     size_t tcp_sockbuf;         /* FLX_TCP_SOCKBUF, bytes, 0 = kernel */
     size_t tcp_write_max;       /* FLX_TCP_WRITE_MAX: bytes per sendmsg, 0 = no limit */
+    size_t tcp_notsent_lowat;   /* FLX_TCP_NOTSENT_LOWAT: 0 = the kernel's */
     double tcp_park_s;          /* FLX_TCP_PARK, 0 = buffer early messages at once */
     int tcp_sockets;            /* FLX_TCP_SOCKETS: connections per pair, 0 auto, 1 or 2 */
     int tcp_lane;               /* FLX_TCP_LANE: FLX_TCP_LANE_* */

@@ -1388,12 +1388,13 @@ static int body_lanes(flx_comm_h comm, int rank, int size, void *arg)
  * two where the open-file limit holds them, as here); long messages
  * written in pieces of FLX_TCP_WRITE_MAX (the default 128 KiB; 1: one
  * segment at a time; 200000: three on loopback; 0: as the socket takes
- * them). */
+ * them), with FLX_TCP_NOTSENT_LOWAT the default 16 KiB, 1 byte (one
+ * segment queued unsent at most) or 0 (the kernel's). */
 START_TEST(test_tcp_sockets)
 {
-    static const char *const cases[][3] = {
-        {"1", "auto", "128k"},  {"2", "split", "1"},   {"2", "shared", "200000"},
-        {"2", "auto", "0"},     {"auto", "auto", "128k"}, {"1", "auto", "1"}};
+    static const char *const cases[][4] = {
+        {"1", "auto", "128k", "16k"},  {"2", "split", "1", "1"},   {"2", "shared", "200000", "0"},
+        {"2", "auto", "0", "1"},     {"auto", "auto", "128k", "0"}, {"1", "auto", "1", "16k"}};
     const char *net = getenv("FLX_NET");
     int n = sizes_n[_i];
 
@@ -1404,14 +1405,17 @@ START_TEST(test_tcp_sockets)
         setenv("FLX_TCP_SOCKETS", cases[k][0], 1);
         setenv("FLX_TCP_LANE", cases[k][1], 1);
         setenv("FLX_TCP_WRITE_MAX", cases[k][2], 1);
+        setenv("FLX_TCP_NOTSENT_LOWAT", cases[k][3], 1);
         failed = mp_run(n, body_lanes, NULL, 120, NULL);
         ck_assert_msg(failed == 0,
-                      "FLX_TCP_SOCKETS=%s FLX_TCP_LANE=%s FLX_TCP_WRITE_MAX=%s: %d of %d ranks failed",
-                      cases[k][0], cases[k][1], cases[k][2], failed, n);
+                      "FLX_TCP_SOCKETS=%s FLX_TCP_LANE=%s FLX_TCP_WRITE_MAX=%s "
+                      "FLX_TCP_NOTSENT_LOWAT=%s: %d of %d ranks failed",
+                      cases[k][0], cases[k][1], cases[k][2], cases[k][3], failed, n);
     }
     unsetenv("FLX_TCP_SOCKETS");
     unsetenv("FLX_TCP_LANE");
     unsetenv("FLX_TCP_WRITE_MAX");
+    unsetenv("FLX_TCP_NOTSENT_LOWAT");
 }
 END_TEST
 

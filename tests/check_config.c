@@ -24,7 +24,7 @@ static const char *const KNOBS[] = {
     "LOG_LEVEL", "LOG_SUBSYS", "RANK", "SIZE", "ROOT", "JOB_SECRET",
     "SOCKET_IFNAME", "NET", "ALGO", "TIMEOUT", "CONNECT_TIMEOUT",
     "HANDSHAKE_TIMEOUT", "CHUNK_SIZE", "TCP_SOCKBUF", "CALIBRATE", "ALPHA",
-    "BETA", "SPIN", "SPIN_SHARED", "TCP_WRITE_MAX",
+    "BETA", "SPIN", "SPIN_SHARED", "TCP_WRITE_MAX", "TCP_NOTSENT_LOWAT",
 };
 #define NKNOBS (sizeof(KNOBS) / sizeof(KNOBS[0]))
 
@@ -226,6 +226,7 @@ START_TEST(test_load_defaults)
     ck_assert_uint_eq(cfg.chunk_size, 512 * 1024);
     ck_assert_uint_eq(cfg.tcp_sockbuf, 0);
     ck_assert_uint_eq(cfg.tcp_write_max, 128 * 1024);
+    ck_assert_uint_eq(cfg.tcp_notsent_lowat, 16 * 1024);
     ck_assert_int_eq(cfg.algo, FLX_ALGO_AUTO);
     ck_assert_int_eq(cfg.algo, 0);
     ck_assert_int_eq(cfg.net, FLX_NET_AUTO);
@@ -273,6 +274,13 @@ START_TEST(test_load_overrides)
     setenv("FLX_TCP_WRITE_MAX", "1m", 1);
     ck_assert_int_eq(flx_config_load(&cfg), FLX_OK);
     ck_assert_uint_eq(cfg.tcp_write_max, 1 << 20);
+    setenv("FLX_TCP_NOTSENT_LOWAT", "0", 1);
+    ck_assert_int_eq(flx_config_load(&cfg), FLX_OK);
+    ck_assert_uint_eq(cfg.tcp_notsent_lowat, 0);
+    setenv("FLX_TCP_NOTSENT_LOWAT", "1g", 1);
+    ck_assert_int_eq(flx_config_load(&cfg), FLX_OK);
+    ck_assert_uint_eq(cfg.tcp_notsent_lowat, 1 << 30);
+    unsetenv("FLX_TCP_NOTSENT_LOWAT");
     ck_assert_int_eq(cfg.algo, FLX_ALGO_RING);
     ck_assert_int_eq(cfg.algo, 1);
     ck_assert_uint_eq(cfg.chunk_size, 1048576);
@@ -354,6 +362,7 @@ START_TEST(test_load_malformed)
         {"FLX_TCP_PARK", "-5ms"},      {"FLX_TCP_PARK", "2s"},       {"FLX_TCP_SOCKETS", "3"},
         {"FLX_TCP_SOCKETS", "0"},      {"FLX_TCP_SOCKETS", "two"},   {"FLX_TCP_LANE", "both"},
         {"FLX_TCP_LANE", ""},          {"FLX_TCP_WRITE_MAX", "big"}, {"FLX_TCP_WRITE_MAX", "-64k"},
+        {"FLX_TCP_NOTSENT_LOWAT", "2g"}, {"FLX_TCP_NOTSENT_LOWAT", "low"},
         {"FLX_IB_EAGER", "2m"},       {"FLX_IB_STAGE_SIZE", "128m"}, {"FLX_IB_STAGE_SLOTS", "-1"},
         {"FLX_IB_STAGE_SLOTS", "4097"},
         /* zero where zero makes no sense, and values that overflow to Inf */

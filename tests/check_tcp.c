@@ -7,6 +7,7 @@
  * one by one.  Spin: which busy-poll a progress round takes with receives
  * posted from peers near (may share our CPUs) and apart. */
 #include "transport/boot.h"
+#include "transport/sock.h"
 #include "transport/tcp/tcp.h"
 #include "common/config.h"
 
@@ -14,6 +15,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -25,6 +28,7 @@ static flx_config_t base_cfg(void)
     cfg.timeout_s = 1.0;
     cfg.tcp_sockets = 1;
     cfg.tcp_sockbuf = 0; /* not the environment's: the records below must fit */
+    cfg.tcp_notsent_lowat = 0; /* a TCP option: the unix pairs below have none */
     return cfg;
 }
 
@@ -210,6 +214,38 @@ START_TEST(test_wait_spin)
 }
 END_TEST
 
+/* FLX_TCP_NOTSENT_LOWAT's socket option (sock_set_notsent_lowat): set and
+ * read back on a TCP socket, capped at 1 GiB, 0 leaving the kernel's;
+ * refused on a socket that is not TCP. */
+START_TEST(test_notsent_lowat)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0), fd0 = socket(AF_INET, SOCK_STREAM, 0);
+    int sp[2], v = 0, kernel = 0;
+    socklen_t len = sizeof(v);
+
+    ck_assert(fd >= 0 && fd0 >= 0);
+    ck_assert_int_eq(getsockopt(fd0, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &kernel, &len), 0);
+    ck_assert_int_eq(sock_set_notsent_lowat(fd0, 0), 0);
+    len = sizeof(v);
+    ck_assert_int_eq(getsockopt(fd0, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, &len), 0);
+    ck_assert_int_eq(v, kernel);
+    ck_assert_int_eq(sock_set_notsent_lowat(fd, 16384), 0);
+    len = sizeof(v);
+    ck_assert_int_eq(getsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, &len), 0);
+    ck_assert_int_eq(v, 16384);
+    ck_assert_int_eq(sock_set_notsent_lowat(fd, (size_t)3 << 30), 0);
+    len = sizeof(v);
+    ck_assert_int_eq(getsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, &len), 0);
+    ck_assert_int_eq(v, 1 << 30);
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+    ck_assert_int_eq(sock_set_notsent_lowat(sp[0], 16384), -1);
+    close(sp[0]);
+    close(sp[1]);
+    close(fd);
+    close(fd0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tcp");
@@ -220,6 +256,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_write_pieces);
     tcase_add_test(tc, test_wait_spin);
+    tcase_add_test(tc, test_notsent_lowat);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -84,6 +84,10 @@ FLX_TCP_WRITE_MAX=64k "$top/flx-info" | grep -q "^# tcp writes: a long message i
     fail "flx-info does not show how long messages are written"
 FLX_TCP_WRITE_MAX=0 "$top/flx-info" | grep -q "^# tcp writes: a long message in sendmsg() calls of as much as the socket takes (FLX_TCP_WRITE_MAX=0)" ||
     fail "flx-info does not show FLX_TCP_WRITE_MAX=0"
+"$top/flx-info" | grep -q "^# tcp unsent data: a socket takes more of a message only while under 16 KiB of what it holds is not yet sent (FLX_TCP_NOTSENT_LOWAT)" ||
+    fail "flx-info does not show FLX_TCP_NOTSENT_LOWAT's default"
+FLX_TCP_NOTSENT_LOWAT=0 "$top/flx-info" | grep -q "^# tcp unsent data: as much as the socket buffer holds (FLX_TCP_NOTSENT_LOWAT=0" ||
+    fail "flx-info does not show FLX_TCP_NOTSENT_LOWAT=0"
 # the CPUs flxrun places ranks on: this process's list and count, as the kernel has them
 cpus=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
 ncpu=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) # (nproc obeys OMP_NUM_THREADS)

@@ -255,6 +255,14 @@ static int info_main(int argc, char **argv)
                "one), so that no write but its last ends in a short segment\n",
                cfg.tcp_write_max % 1024 ? cfg.tcp_write_max : cfg.tcp_write_max >> 10,
                cfg.tcp_write_max % 1024 ? "bytes" : "KiB");
+    if (cfg.tcp_notsent_lowat == 0)
+        printf("# tcp unsent data: as much as the socket buffer holds (FLX_TCP_NOTSENT_LOWAT=0, the "
+               "kernel's net.ipv4.tcp_notsent_lowat)\n");
+    else
+        printf("# tcp unsent data: a socket takes more of a message only while under %zu %s of "
+               "what it holds is not yet sent (FLX_TCP_NOTSENT_LOWAT)\n",
+               cfg.tcp_notsent_lowat % 1024 ? cfg.tcp_notsent_lowat : cfg.tcp_notsent_lowat >> 10,
+               cfg.tcp_notsent_lowat % 1024 ? "bytes" : "KiB");
     printf("# collectives: allreduce (ring, tree, rd, hd), allgather (ring, rd/Bruck), broadcast "
            "(binomial, chain), reduce_scatter (ring; small on 4+ ranks: an allreduce, rd/tree/hd, "
            "where recursive doubling's fitted alpha and beta say so), barrier (dissemination)\n");

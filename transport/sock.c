@@ -265,6 +265,15 @@ void sock_set_nodelay(int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+int sock_set_notsent_lowat(int fd, size_t bytes)
+{
+    int v = bytes > (1u << 30) ? (1 << 30) : (int)bytes;
+
+    if (bytes == 0)
+        return 0;
+    return setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof(v));
+}
+
 void sock_set_bufsize(int fd, size_t bytes)
 {
     int v = bytes > (1u << 30) ? (1 << 30) : (int)bytes;

@@ -40,6 +40,10 @@ flx_status_t sock_send_all(int fd, const void *buf, size_t len, double deadline)
 flx_status_t sock_recv_all(int fd, void *buf, size_t len, double deadline);
 void sock_set_nodelay(int fd);
 void sock_set_bufsize(int fd, size_t bytes);
+/* TCP_NOTSENT_LOWAT of bytes (0: leave the kernel's); 0 ok, -1 refused
+ * (errno set).  The socket then takes more of a write only while less
+ * than bytes of what it holds is not yet sent (FLX_TCP_NOTSENT_LOWAT). */
+int sock_set_notsent_lowat(int fd, size_t bytes);
 /* Would the kernel grant SO_SNDBUF and SO_RCVBUF of bytes to an
  * unprivileged socket (net.core.wmem_max and rmem_max at least that)?
  * Setting them turns autotuning off, so a size the kernel would cut

@@ -1148,6 +1148,7 @@ static flx_status_t tcp_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t *
     tl_ctx_t *ctx = calloc(1, sizeof(*ctx));
     const size_t lanes = boot->lanes == 2 ? 2 : 1; /* connections per peer */
     int big_first = 0; /* 4 MiB buffers on each pair's first connection */
+    int lowat_warned = 0;
 
     if (ctx == NULL)
         return FLX_ERR_NO_MEMORY;
@@ -1214,6 +1215,12 @@ static flx_status_t tcp_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t *
             if (c->sock[i] >= 0) {
                 sock_set_nodelay(c->sock[i]);
                 sock_set_bufsize(c->sock[i], cfg->tcp_sockbuf);
+                if (sock_set_notsent_lowat(c->sock[i], cfg->tcp_notsent_lowat) != 0 && !lowat_warned) {
+                    flx_warn(NET, boot->rank, "tcp: TCP_NOTSENT_LOWAT %zu refused (%s): long "
+                             "messages may queue behind the congestion window",
+                             cfg->tcp_notsent_lowat, strerror(errno));
+                    lowat_warned = 1;
+                }
             }
         }
         if (c->sock[1] >= 0 && big_first) /* where both ways' long ones may pass (lane.h) */
