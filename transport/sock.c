@@ -269,8 +269,6 @@ int sock_set_notsent_lowat(int fd, size_t bytes)
 {
     int v = bytes > (1u << 30) ? (1 << 30) : (int)bytes;
 
-    if (bytes == 0)
-        return 0;
     return setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof(v));
 }
 

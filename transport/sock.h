@@ -40,7 +40,7 @@ flx_status_t sock_send_all(int fd, const void *buf, size_t len, double deadline)
 flx_status_t sock_recv_all(int fd, void *buf, size_t len, double deadline);
 void sock_set_nodelay(int fd);
 void sock_set_bufsize(int fd, size_t bytes);
-/* TCP_NOTSENT_LOWAT of bytes (0: leave the kernel's); 0 ok, -1 refused
+/* TCP_NOTSENT_LOWAT of bytes (0: the kernel's, net.ipv4.tcp_notsent_lowat); 0 ok, -1 refused
  * (errno set).  The socket then takes more of a write only while less
  * than bytes of what it holds is not yet sent (FLX_TCP_NOTSENT_LOWAT). */
 int sock_set_notsent_lowat(int fd, size_t bytes);

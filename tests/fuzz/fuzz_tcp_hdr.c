@@ -33,6 +33,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         abort();
     fuzz_cfg.spin_s = 0;
     fuzz_cfg.timeout_s = 1.0;
+    fuzz_cfg.tcp_notsent_lowat = 0; /* a TCP option: the unix pairs have none */
     return 0;
 }
 

@@ -92,8 +92,12 @@ static void tcp_fail_at(tl_ctx_t *ctx, flx_status_t st, uint32_t seq, const char
         conn_fail_all(c, st);
         /* best effort: tell the peer why, then cut the connection so that
          * every rank notices at once instead of at its timeout */
-        if (!mid_message && !c->eof)
+        if (!mid_message && !c->eof) {
+            /* the kernel's low-water mark again, so that unsent data
+             * under the socket buffer's size leaves room for the notice */
+            (void)sock_set_notsent_lowat(c->wfd, 0);
             (void)send(c->wfd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
+        }
         for (int i = 0; i < 2; i++)
             if (c->sock[i] >= 0)
                 shutdown(c->sock[i], SHUT_RDWR);
@@ -1215,10 +1219,11 @@ static flx_status_t tcp_create(boot_t *boot, const flx_config_t *cfg, tl_ctx_t *
             if (c->sock[i] >= 0) {
                 sock_set_nodelay(c->sock[i]);
                 sock_set_bufsize(c->sock[i], cfg->tcp_sockbuf);
-                if (sock_set_notsent_lowat(c->sock[i], cfg->tcp_notsent_lowat) != 0 && !lowat_warned) {
-                    flx_warn(NET, boot->rank, "tcp: TCP_NOTSENT_LOWAT %zu refused (%s): long "
+                if (cfg->tcp_notsent_lowat > 0 &&
+                    sock_set_notsent_lowat(c->sock[i], cfg->tcp_notsent_lowat) != 0 && !lowat_warned) {
+                    flx_warn(NET, boot->rank, "tcp: TCP_NOTSENT_LOWAT %zu refused (%m): long "
                              "messages may queue behind the congestion window",
-                             cfg->tcp_notsent_lowat, strerror(errno));
+                             cfg->tcp_notsent_lowat);
                     lowat_warned = 1;
                 }
             }
