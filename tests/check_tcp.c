@@ -5,7 +5,8 @@
  * record, so the pieces a long message is written in (FLX_TCP_WRITE_MAX;
  * no segment size on a unix socket, so the limit itself) can be read back
  * one by one.  Spin: which busy-poll a progress round takes with receives
- * posted from peers near (may share our CPUs) and apart. */
+ * posted from peers near (may share our CPUs) and apart.  FLX_TCP_NOTSENT_LOWAT
+ * on a loopback TCP pair. */
 #include "transport/boot.h"
 #include "transport/sock.h"
 #include "transport/tcp/tcp.h"
@@ -15,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -246,6 +248,69 @@ START_TEST(test_notsent_lowat)
 }
 END_TEST
 
+/* A connected loopback TCP pair: *ours and *theirs */
+static void tcp_pair(int *ours, int *theirs)
+{
+    struct sockaddr_in a;
+    socklen_t al = sizeof(a);
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+
+    ck_assert(l >= 0);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(listen(l, 1), 0);
+    ck_assert_int_eq(getsockname(l, (struct sockaddr *)&a, &al), 0);
+    *ours = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert(*ours >= 0);
+    ck_assert_int_eq(connect(*ours, (struct sockaddr *)&a, sizeof(a)), 0);
+    *theirs = accept(l, NULL, NULL);
+    ck_assert(*theirs >= 0);
+    close(l);
+}
+
+static int lowat_of(int fd)
+{
+    int v = -1;
+    socklen_t len = sizeof(v);
+
+    ck_assert_int_eq(getsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, &len), 0);
+    return v;
+}
+
+/* The backend sets FLX_TCP_NOTSENT_LOWAT on a peer's TCP connection when
+ * the context is created (0: leaves the kernel's), and a failing rank sets
+ * the kernel's back before its one non-blocking write of the failure
+ * notice, which the peer then reads. */
+START_TEST(test_create_lowat)
+{
+    size_t vals[] = { 16384, 1, 0 };
+
+    for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
+        flx_config_t cfg = base_cfg();
+        int ours, theirs, fds[2], kernel;
+        tl_ctx_t *ctx;
+        tcp_hdr_t h;
+
+        tcp_pair(&ours, &theirs);
+        kernel = lowat_of(ours);
+        cfg.tcp_notsent_lowat = vals[i];
+        fds[0] = -1;
+        fds[1] = ours;
+        ctx = make_ctx(&cfg, 2, fds, NULL, 2, 0);
+        ck_assert_int_eq(lowat_of(ours), vals[i] ? (int)vals[i] : kernel);
+        (tl_tcp_ops.fail)(ctx, FLX_ERR_ABORTED, 1, "check_tcp"); /* () : check.h defines fail() */
+        ck_assert_int_eq(lowat_of(ours), kernel);
+        ck_assert_int_eq(recv(theirs, &h, sizeof(h), MSG_WAITALL), (ssize_t)sizeof(h));
+        ck_assert_uint_eq(h.type, TCP_MSG_ERROR);
+        ck_assert_int_eq(h.status, FLX_ERR_ABORTED);
+        close(theirs);
+        tl_tcp_ops.destroy(ctx);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tcp");
@@ -257,6 +322,7 @@ int main(void)
     tcase_add_test(tc, test_write_pieces);
     tcase_add_test(tc, test_wait_spin);
     tcase_add_test(tc, test_notsent_lowat);
+    tcase_add_test(tc, test_create_lowat);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
