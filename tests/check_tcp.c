@@ -6,11 +6,12 @@
  * no segment size on a unix socket, so the limit itself) can be read back
  * one by one.  Spin: which busy-poll a progress round takes with receives
  * posted from peers near (may share our CPUs) and apart.  FLX_TCP_NOTSENT_LOWAT
- * on a loopback TCP pair. */
+ * on a loopback TCP pair, and its one warning where a socket refuses it. */
 #include "transport/boot.h"
 #include "transport/sock.h"
 #include "transport/tcp/tcp.h"
 #include "common/config.h"
+#include "tests/mp.h"
 
 #include <check.h>
 #include <stdint.h>
@@ -249,6 +250,23 @@ START_TEST(test_notsent_lowat)
 }
 END_TEST
 
+/* A socket that refuses TCP_NOTSENT_LOWAT (not TCP): the context still
+ * works without it, with one warning line for all its connections. */
+START_TEST(test_lowat_refused)
+{
+    flx_config_t cfg = base_cfg();
+    char path[] = "/tmp/check_tcp.XXXXXX";
+    int a[2], b[2], saved;
+    tl_ctx_t *ctx;
+
+    cfg.tcp_notsent_lowat = 16384;
+    saved = mp_capture_start(path);
+    ctx = three(&cfg, NULL, 0, a, b);
+    ck_assert_int_eq(mp_capture_stop(saved, path, "TCP_NOTSENT_LOWAT 16384 refused"), 1);
+    end_three(ctx, a, b);
+}
+END_TEST
+
 /* A connected loopback TCP pair: *ours and *theirs */
 static void tcp_pair(int *ours, int *theirs)
 {
@@ -330,6 +348,7 @@ int main(void)
     tcase_add_test(tc, test_wait_spin);
     tcase_add_test(tc, test_notsent_lowat);
     tcase_add_test(tc, test_create_lowat);
+    tcase_add_test(tc, test_lowat_refused);
     suite_add_tcase(s, tc);
     sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -188,6 +188,16 @@ static void print_cpus(void)
     free(map);
 }
 
+/* bytes as "16 KiB", or "200000 bytes" where not whole KiB */
+static const char *size_words(size_t bytes, char *buf, size_t len)
+{
+    if (bytes % 1024)
+        snprintf(buf, len, "%zu bytes", bytes);
+    else
+        snprintf(buf, len, "%zu KiB", bytes >> 10);
+    return buf;
+}
+
 static int info_main(int argc, char **argv)
 {
     static const struct option longopts[] = {{"calibrate", no_argument, 0, 'C'},
@@ -196,6 +206,7 @@ static int info_main(int argc, char **argv)
     flx_config_t cfg;
     flx_ctl_opts_t ctl;
     int show_config = 0, do_calibrate = 0, opt;
+    char words[32];
 
     opterr = 0; /* bad usage is one line, ours */
     while ((opt = getopt_long(argc, argv, "ch", longopts, NULL)) != -1) {
@@ -250,19 +261,17 @@ static int info_main(int argc, char **argv)
         printf("# tcp writes: a long message in sendmsg() calls of as much as the socket takes "
                "(FLX_TCP_WRITE_MAX=0)\n");
     else
-        printf("# tcp writes: a long message in sendmsg() calls of at most %zu %s "
+        printf("# tcp writes: a long message in sendmsg() calls of at most %s "
                "(FLX_TCP_WRITE_MAX), rounded down to whole segments of its connection (at least "
                "one), so that no write but its last ends in a short segment\n",
-               cfg.tcp_write_max % 1024 ? cfg.tcp_write_max : cfg.tcp_write_max >> 10,
-               cfg.tcp_write_max % 1024 ? "bytes" : "KiB");
+               size_words(cfg.tcp_write_max, words, sizeof(words)));
     if (cfg.tcp_notsent_lowat == 0)
         printf("# tcp unsent data: as much as the socket buffer holds (FLX_TCP_NOTSENT_LOWAT=0, the "
                "kernel's net.ipv4.tcp_notsent_lowat)\n");
     else
-        printf("# tcp unsent data: a socket takes more of a message only while under %zu %s of "
+        printf("# tcp unsent data: a socket takes more of a message only while under %s of "
                "what it holds is not yet sent (FLX_TCP_NOTSENT_LOWAT)\n",
-               cfg.tcp_notsent_lowat % 1024 ? cfg.tcp_notsent_lowat : cfg.tcp_notsent_lowat >> 10,
-               cfg.tcp_notsent_lowat % 1024 ? "bytes" : "KiB");
+               size_words(cfg.tcp_notsent_lowat, words, sizeof(words)));
     printf("# collectives: allreduce (ring, tree, rd, hd), allgather (ring, rd/Bruck), broadcast "
            "(binomial, chain), reduce_scatter (ring; small on 4+ ranks: an allreduce, rd/tree/hd, "
            "where recursive doubling's fitted alpha and beta say so), barrier (dissemination)\n");
