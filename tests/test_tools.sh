@@ -176,12 +176,17 @@ echo "$out" | sed 's/^\[[0-9]*\] //' | awk '
     END { if (n["a"] != 6 || n["b"] != 6 || ma == "" || ma - amax > 0.001 || amax - ma > 0.001 ||
               mb - bmin > 0.0006 || bmin - mb > 0.0006 || bmin <= 0) exit 1 }' ||
     fail "flx-info --calibrate: matrices and model disagree: $out"
-# each allgather algorithm's prediction, growing with size, and the pick
+# each allgather algorithm's prediction, growing with size, and the pick: printed to 0.1 us,
+# neighbouring sizes may show the same time where the fitted bandwidth is high (ring 441.9 at 12
+# and at 4092 bytes in one CI run), so never lower than the size before and the largest above the
+# smallest; on 3 ranks Bruck takes as many steps as the ring, so auto is the ring at every size
 echo "$out" | sed 's/^\[[0-9]*\] //' | awk '
     /^# allgather, predicted/ { on = 1; next } /^#/ { on = 0 }
-    on && $1 ~ /^[0-9]+$/ { rows++; if (!($2 > pr && $3 > pb && ($4 == "ring" || $4 == "rd"))) bad = 1
+    on && $1 ~ /^[0-9]+$/ { rows++; if (rows == 1) { r1 = $2; b1 = $3 }
+                            else if (!($2 >= pr && $3 >= pb)) bad = 1
+                            if ($4 != "ring") bad = 1
                             pr = $2; pb = $3 }
-    END { exit !(rows == 5 && !bad) }' ||
+    END { exit !(rows == 5 && !bad && pr > r1 && pb > b1) }' ||
     fail "flx-info --calibrate: allgather predictions: $out"
 "$top/flx-info" --calibrate >/dev/null 2>&1 && fail "flx-info --calibrate ran without a job"
 
