@@ -768,7 +768,17 @@ START_TEST(test_stuck_reader)
         close(rfd);
     }
     pid = spawn_stuck(plain, 1, &rfd);
-    usleep(500000);
+    {
+        /* the first byte of output: flxrun is forwarding, its handlers in
+         * place (a fixed 0.5 s once risked a signal before them); then the
+         * pipe fills again at once */
+        struct pollfd pfd = {.fd = rfd, .events = POLLIN};
+        char c;
+
+        ck_assert_msg(poll(&pfd, 1, 10000) == 1 && read(rfd, &c, 1) == 1,
+                      "no output from flxrun -n 1 yes within 10 s");
+        usleep(100000);
+    }
     kill(pid, SIGTERM);
     code = wait_exit_within(pid, 10.0);
     ck_assert_msg(code == 128 + SIGTERM, "SIGTERM with a stuck reader: exit %d", code);

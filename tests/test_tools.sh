@@ -419,14 +419,19 @@ if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null && command -v ss >/dev/null
     fi
     # a member asks again for a root name its resolver does not know yet
     # (it failed at once before); a name that never comes fails at
-    # FLX_CONNECT_TIMEOUT, saying so.  /etc/hosts of a mount namespace.
+    # FLX_CONNECT_TIMEOUT, saying so.  /etc/hosts of a mount namespace, the
+    # name added once the member has said it cannot resolve it (not after a
+    # fixed 1.5 s, which a slow start could outlast).
     cp /etc/hosts "$ns/hosts"
     if unshare -n -m true 2>/dev/null; then
         out=$(unshare -n -m sh -s <<'EOF_NS' 2>&1
 ip link set lo up && mount --bind "$ns/hosts" /etc/hosts || exit 3
-(sleep 1.5; echo "127.0.0.1 flx-late-root" >>/etc/hosts) &
+(for _ in $(seq 200); do
+    grep -q "cannot resolve host 'flx-late-root'" "$ns/late.1" 2>/dev/null && break; sleep 0.05
+ done; echo "127.0.0.1 flx-late-root" >>/etc/hosts) &
 FLX_RANK=0 FLX_SIZE=2 FLX_ROOT=127.0.0.1:23999 FLX_JOB_SECRET=s timeout 60 "$top/flx-example" &
-FLX_RANK=1 FLX_SIZE=2 FLX_ROOT=flx-late-root:23999 FLX_JOB_SECRET=s timeout 60 "$top/flx-example" || exit 1
+FLX_RANK=1 FLX_SIZE=2 FLX_ROOT=flx-late-root:23999 FLX_JOB_SECRET=s timeout 60 "$top/flx-example" \
+    >"$ns/late.1" 2>&1; r=$?; cat "$ns/late.1"; [ "$r" -eq 0 ] || exit 1
 wait $! || exit 1
 FLX_RANK=1 FLX_SIZE=2 FLX_ROOT=flx-never-root:23999 FLX_JOB_SECRET=s FLX_CONNECT_TIMEOUT=1s \
     timeout 60 "$top/flx-example" && exit 1
@@ -474,21 +479,26 @@ echo "$out" | grep -q "FLX_JOB_SECRET (1200 characters, not shown) is too long: 
 # two steps of one Slurm allocation at once, sharing the root address and no FLX_JOB_SECRET:
 # each step's ranks must not join the other step's job (the job id alone was the secret, and
 # all four ranks formed two mixed jobs and exit 0); step 0 completes, step 1's early rank 1
-# is refused by step 0's root
+# is refused by step 0's root. Each start waits for what it needs, not a fixed sleep (a root
+# slower than the sleep to bind could lose its port to step 1's root): step 1's rank 1 once step
+# 0's root listens (/proc/net/tcp, state 0A), the other two once it has been refused and left
+slurm_port=$((20001 + $$ % 12000))
 slurm_ex() { # STEP RANK
     env -u FLX_RANK -u FLX_SIZE -u FLX_JOB_SECRET -u OMPI_COMM_WORLD_RANK -u PMI_RANK \
         SLURM_JOB_ID=4242 SLURM_STEP_ID=$1 SLURM_PROCID=$2 SLURM_NTASKS=2 \
-        FLX_ROOT=127.0.0.1:$((20001 + $$ % 12000)) FLX_CONNECT_TIMEOUT=3s \
+        FLX_ROOT=127.0.0.1:$slurm_port FLX_CONNECT_TIMEOUT=3s \
         timeout 30 "$top/flx-example" >"$tmp_slurm/$1.$2" 2>&1
 }
 tmp_slurm=$(mktemp -d)
 slurm_ex 0 0 & p00=$!
-sleep 0.3
+for _ in $(seq 100); do
+    grep -q ":$(printf %04X "$slurm_port") 00000000:0000 0A" /proc/net/tcp && break; sleep 0.05
+done
 slurm_ex 1 1 & p11=$!
-sleep 0.5
+wait $p11; r11=$?
 slurm_ex 0 1 & p01=$!
 slurm_ex 1 0 & p10=$!
-wait $p00; r00=$?; wait $p01; r01=$?; wait $p11; r11=$?; wait $p10; r10=$?
+wait $p00; r00=$?; wait $p01; r01=$?; wait $p10; r10=$?
 out=$(cat "$tmp_slurm"/*); rm -rf "$tmp_slurm"
 [ "$r00" -eq 0 ] && [ "$r01" -eq 0 ] || fail "Slurm step 0 failed ($r00 $r01): $out"
 [ "$r11" -ne 0 ] && [ "$r10" -ne 0 ] || fail "Slurm step 1 joined step 0's job ($r11 $r10): $out"
