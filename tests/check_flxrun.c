@@ -28,6 +28,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
@@ -771,13 +772,23 @@ START_TEST(test_stuck_reader)
     {
         /* the first byte of output: flxrun is forwarding, its handlers in
          * place (a fixed 0.5 s once risked a signal before them); then the
-         * pipe fills again at once */
+         * pipe full again, flxrun in its write: over half the pipe's room
+         * and 50 ms without a byte more (a write that does not fit waits
+         * whole: 61385 of 65536 bytes stayed) */
         struct pollfd pfd = {.fd = rfd, .events = POLLIN};
+        int held = 0, last = -1, still = 0, room = fcntl(rfd, F_GETPIPE_SZ);
+        double t0 = now_s();
         char c;
 
         ck_assert_msg(poll(&pfd, 1, 10000) == 1 && read(rfd, &c, 1) == 1,
                       "no output from flxrun -n 1 yes within 10 s");
-        usleep(100000);
+        while (still < 5 && now_s() - t0 < 10.0 && ioctl(rfd, FIONREAD, &held) == 0) {
+            still = held == last && held > room / 2 ? still + 1 : 0;
+            last = held;
+            usleep(10000);
+        }
+        ck_assert_msg(still == 5, "the pipe holds %d of %d bytes, still growing after 10 s",
+                      held, room);
     }
     kill(pid, SIGTERM);
     code = wait_exit_within(pid, 10.0);

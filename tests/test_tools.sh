@@ -481,19 +481,23 @@ echo "$out" | grep -q "FLX_JOB_SECRET (1200 characters, not shown) is too long: 
 # all four ranks formed two mixed jobs and exit 0); step 0 completes, step 1's early rank 1
 # is refused by step 0's root. Each start waits for what it needs, not a fixed sleep (a root
 # slower than the sleep to bind could lose its port to step 1's root): step 1's rank 1 once step
-# 0's root listens (/proc/net/tcp, state 0A), the other two once it has been refused and left
+# 0's root listens (/proc/net/tcp, state 0A), the other two once it has been refused and left;
+# step 0 may wait 10 s for its rank 1 (two process starts on a loaded machine), step 1 3 s
 slurm_port=$((20001 + $$ % 12000))
 slurm_ex() { # STEP RANK
     env -u FLX_RANK -u FLX_SIZE -u FLX_JOB_SECRET -u OMPI_COMM_WORLD_RANK -u PMI_RANK \
         SLURM_JOB_ID=4242 SLURM_STEP_ID=$1 SLURM_PROCID=$2 SLURM_NTASKS=2 \
-        FLX_ROOT=127.0.0.1:$slurm_port FLX_CONNECT_TIMEOUT=3s \
+        FLX_ROOT=127.0.0.1:$slurm_port FLX_CONNECT_TIMEOUT=$(($1 ? 3 : 10))s \
         timeout 30 "$top/flx-example" >"$tmp_slurm/$1.$2" 2>&1
 }
 tmp_slurm=$(mktemp -d)
 slurm_ex 0 0 & p00=$!
-for _ in $(seq 100); do
-    grep -q ":$(printf %04X "$slurm_port") 00000000:0000 0A" /proc/net/tcp && break; sleep 0.05
+listening=0
+for _ in $(seq 200); do
+    grep -q ":$(printf %04X "$slurm_port") 00000000:0000 0A" /proc/net/tcp && { listening=1; break; }
+    sleep 0.05
 done
+[ "$listening" -eq 1 ] || fail "Slurm step 0's root not listening on $slurm_port after 10 s: $(cat "$tmp_slurm"/0.0)"
 slurm_ex 1 1 & p11=$!
 wait $p11; r11=$?
 slurm_ex 0 1 & p01=$!
