@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -182,9 +183,13 @@ END_TEST
  * header meets a posted receive): rank 1 sends a message of the collective
  * after the next one; rank 0 lets it arrive and be buffered (16 bytes, no
  * receive posted), then posts the next collective's receive from rank 1.
- * Over the transport's own ops, so that the order is certain. */
+ * Over the transport's own ops, so that the order is certain.  Rank 0
+ * reads once rank 1's send is complete (a shared flag: the bytes are then
+ * in rank 0's socket on loopback), not after a fixed 0.2 s, which a rank 1
+ * slow to start could outlast (the receive was then posted first). */
 static int body_skipped_buffered(flx_comm_h comm, int rank, int size, void *arg)
 {
+    volatile int *sent = arg;
     float data[4] = {1, 2, 3, 4}, got[4];
     tl_tag_t tag = {0};
     tl_req_t req;
@@ -192,7 +197,6 @@ static int body_skipped_buffered(flx_comm_h comm, int rank, int size, void *arg)
     double t0;
 
     (void)size;
-    (void)arg;
     if (strcmp(comm->tl->name, "tcp") != 0)
         return 0; /* the tcp backend's check */
     tag.kind = (uint8_t)(COLL_ALLREDUCE << 3 | FLX_ALGO_RD);
@@ -207,13 +211,18 @@ static int body_skipped_buffered(flx_comm_h comm, int rank, int size, void *arg)
             st = comm->tl->progress(comm->tlctx, 0.01);
         if (st != FLX_OK)
             return mp_fail(rank, "send: %s", flx_status_string(st));
+        __atomic_store_n(sent, 1, __ATOMIC_RELEASE);
         /* nothing more from here until rank 0 has judged (its failure
          * notice comes back), or that judgement could meet our next one */
         t0 = flx_time_now();
         while (comm->tl->error(comm->tlctx) == FLX_OK && flx_time_now() - t0 < 10.0)
             comm->tl->progress(comm->tlctx, 0.01);
     } else {
-        usleep(200000);
+        t0 = flx_time_now();
+        while (!__atomic_load_n(sent, __ATOMIC_ACQUIRE) && flx_time_now() - t0 < 10.0)
+            usleep(1000);
+        if (!__atomic_load_n(sent, __ATOMIC_ACQUIRE))
+            return mp_fail(rank, "rank 1's send not complete after 10 s");
         for (int i = 0; i < 20; i++)
             comm->tl->progress(comm->tlctx, 0.01); /* reads and buffers it */
         tag.seq = comm->seq;
@@ -231,13 +240,17 @@ static int body_skipped_buffered(flx_comm_h comm, int rank, int size, void *arg)
 
 START_TEST(test_skipped_buffered)
 {
-    int codes[2];
+    int codes[2], *sent;
 
     if (getenv("FLX_NET") && strcmp(getenv("FLX_NET"), "ib") == 0)
         return; /* the tcp backend's check */
+    sent = mmap(NULL, sizeof(*sent), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(sent, MAP_FAILED);
+    *sent = 0;
     setenv("FLX_TIMEOUT", "20s", 1);
-    mp_run(2, body_skipped_buffered, NULL, 60, codes);
+    mp_run(2, body_skipped_buffered, sent, 60, codes);
     unsetenv("FLX_TIMEOUT");
+    munmap(sent, sizeof(*sent));
     ck_assert_msg(codes[0] == 10, "rank 0 exit %d (10: FLX_ERR_MISMATCH)", codes[0]);
     ck_assert_msg(codes[1] == 10 || codes[1] == 11, "rank 1 exit %d", codes[1]);
 }
