@@ -1070,7 +1070,6 @@ static int body_stopped_between(flx_comm_h comm, int rank, int size, void *arg)
     return 0;
 }
 
-/* body on n ranks, its arg a fresh temporary file's path (removed after) */
 /* Whether every rank that failed said its run may have met an unasked
  * stop (exit code 2, STALL_TRIES). */
 static int stall_only(const int *codes, int n)
@@ -1081,13 +1080,18 @@ static int stall_only(const int *codes, int n)
     return 1;
 }
 
+/* body on n ranks, its arg a fresh temporary file's path (removed after);
+ * codes (n entries, may be NULL) as mp_run's */
 static int mp_run_with_file(int n, mp_body_t body, int *codes)
 {
     char path[] = "/tmp/check_ctl_log.XXXXXX";
     int fd = mkstemp(path), failed;
 
-    if (fd < 0)
+    if (fd < 0) {
+        for (int r = 0; codes != NULL && r < n; r++)
+            codes[r] = 1;
         return n;
+    }
     close(fd);
     failed = mp_run(n, body, path, 60, codes);
     unlink(path);

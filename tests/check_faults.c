@@ -1017,12 +1017,12 @@ START_TEST(test_cut_message)
 }
 END_TEST
 
+#define LONG_TIMED_OUT 2 /* a rank's exit code: its call timed out or lost its peer */
+
 /* FLX_TIMEOUT is for a message that stops, not for one that takes long:
  * one 768 MiB message (FLX_CHUNK_SIZE 1g) under FLX_TIMEOUT 150 ms takes
  * 0.4-1.8 s on loopback and must arrive whole (the wait's clock starts
  * again whenever bytes move; before, both ranks timed out after 0.15 s). */
-#define LONG_TIMED_OUT 2 /* a rank's exit code: its call timed out or lost its peer */
-
 static int raw_long_message(int rank, int size, const char *root, void *arg)
 {
     const size_t n = (size_t)192 << 20;
