@@ -854,7 +854,7 @@ static int body_stopped(flx_comm_h comm, int rank, int size, void *arg)
         if (last[t].alpha == last[t - 1].alpha && last[t].bandwidth == last[t - 1].bandwidth) {
             mp_fail(rank, "step %d learnt nothing from step %d (alpha %g, bandwidth %g): "
                     "nothing to compare", t, t - 1, last[t].alpha, last[t].bandwidth);
-            return 2; /* or the machine held a rank unasked: tried again */
+            return MP_AGAIN; /* or the machine held a rank unasked */
         }
     if (last[STOP_STEP + 1].alpha != last[STOP_STEP].alpha ||
         last[STOP_STEP + 1].bandwidth != last[STOP_STEP].bandwidth)
@@ -914,10 +914,9 @@ static int helper_ok(pid_t helper)
  * machine also holds a process off the CPU, unasked, for over FLX_STALL_S
  * (1.1-1.3 s pauses seen in CI): the watch counts that pause as well, and
  * the controller's step then learns nothing.  A run that failed only so
- * (each failing rank exits with 2: the watch counted a sleep or a compute,
- * or a step learnt nothing) is tried again, STALL_TRIES in all; a watch or
- * controller that counts wrong fails every try, and any other failure at
- * once. */
+ * (the watch counted a sleep or a compute, or a step learnt nothing: exit
+ * code MP_AGAIN) is tried again, STALL_TRIES in all; a watch or controller
+ * that counts wrong fails every try, and any other failure at once. */
 #define STALL_TRIES 3
 
 /* The stall watch counts a stop of its process (1.5 s while it computes),
@@ -950,7 +949,7 @@ static int stall_watch_child(void)
     if (slept != 0 || busy != 0) {
         fprintf(stderr, "stall watch: %.3f s counted over a 1.5 s sleep, %.3f s after a "
                 "2 s compute\n", (double)slept * 1e-6, (double)busy * 1e-6);
-        return 2; /* or the machine held the process: tried again */
+        return MP_AGAIN; /* or the machine held the process */
     }
     /* the stop and up to a tick or so on either side, not the compute */
     if (wall < 2.0 || stopped < 1250000 || (double)stopped * 1e-6 > wall - 0.3) {
@@ -975,7 +974,7 @@ START_TEST(test_stall_watch)
             _exit(stall_watch_child());
         ck_assert_int_eq(waitpid(child, &wst, 0), child);
         ck_assert(WIFEXITED(wst));
-        if (WEXITSTATUS(wst) != 2)
+        if (WEXITSTATUS(wst) != MP_AGAIN)
             break;
     }
     ck_assert_int_eq(WEXITSTATUS(wst), 0);
@@ -1060,7 +1059,7 @@ static int body_stopped_between(flx_comm_h comm, int rank, int size, void *arg)
             mp_fail(rank, "step %d learnt nothing from step %d (alpha %g, bandwidth %g, "
                     "compute %g): nothing to compare", t, t - 1, b->alpha, b->bandwidth,
                     b->compute);
-            return 2; /* or the machine held a rank unasked: tried again */
+            return MP_AGAIN; /* or the machine held a rank unasked */
         }
     }
     if (BETWEEN_STEP == 1 && fabs(last[3].compute - 0.018) > 1e-6)
@@ -1070,44 +1069,29 @@ static int body_stopped_between(flx_comm_h comm, int rank, int size, void *arg)
     return 0;
 }
 
-/* Whether every rank that failed said its run may have met an unasked
- * stop (exit code 2, STALL_TRIES). */
-static int stall_only(const int *codes, int n)
-{
-    for (int r = 0; r < n; r++)
-        if (codes[r] != 0 && codes[r] != 2)
-            return 0;
-    return 1;
-}
-
-/* body on n ranks, its arg a fresh temporary file's path (removed after);
- * codes (n entries, may be NULL) as mp_run's */
-static int mp_run_with_file(int n, mp_body_t body, int *codes)
+/* body on n ranks, its arg a fresh temporary file's path (removed after) */
+static int mp_run_with_file(int n, mp_body_t body)
 {
     char path[] = "/tmp/check_ctl_log.XXXXXX";
     int fd = mkstemp(path), failed;
 
-    if (fd < 0) {
-        for (int r = 0; codes != NULL && r < n; r++)
-            codes[r] = 1;
+    if (fd < 0)
         return n;
-    }
     close(fd);
-    failed = mp_run(n, body, path, 60, codes);
+    failed = mp_run(n, body, path, 60, NULL);
     unlink(path);
     return failed;
 }
 
 START_TEST(test_ctl_stopped)
 {
-    int codes[2], failed = 0;
+    char path[] = "/tmp/check_ctl_log.XXXXXX";
+    int fd = mkstemp(path), failed;
 
-    for (int try = 0; try < STALL_TRIES; try++) {
-        if ((failed = mp_run_with_file(2, body_stopped, codes)) == 0 || !stall_only(codes, 2))
-            break;
-        fprintf(stderr, "test_ctl_stopped: try %d of %d learnt nothing at a step\n", try + 1,
-                STALL_TRIES);
-    }
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    failed = mp_run_again(2, body_stopped, path, 60, STALL_TRIES, "test_ctl_stopped");
+    unlink(path);
     ck_assert_int_eq(failed, 0);
 }
 END_TEST
@@ -1196,17 +1180,12 @@ END_TEST
 START_TEST(test_ctl_stopped_between)
 {
     between_arg_t ba = {.path = "/tmp/check_ctl_log.XXXXXX", .stop_step = _i == 0 ? 4 : 1};
-    int fd = mkstemp(ba.path), failed = 0, codes[2];
+    int fd = mkstemp(ba.path), failed;
 
     ck_assert_int_ge(fd, 0);
     close(fd);
-    for (int try = 0; try < STALL_TRIES; try++) {
-        if ((failed = mp_run(2, body_stopped_between, &ba, 60, codes)) == 0 ||
-            !stall_only(codes, 2))
-            break;
-        fprintf(stderr, "test_ctl_stopped_between: try %d of %d learnt nothing at a step\n",
-                try + 1, STALL_TRIES);
-    }
+    failed = mp_run_again(2, body_stopped_between, &ba, 60, STALL_TRIES,
+                          "test_ctl_stopped_between");
     unlink(ba.path);
     ck_assert_int_eq(failed, 0);
 }
@@ -1350,10 +1329,7 @@ static int body_gravac_ewma(flx_comm_h comm, int rank, int size, void *arg)
     return 0;
 }
 
-START_TEST(test_gravac_ewma)
-{
-    ck_assert_int_eq(mp_run_with_file(1, body_gravac_ewma, NULL), 0);
-}
+START_TEST(test_gravac_ewma) { ck_assert_int_eq(mp_run_with_file(1, body_gravac_ewma), 0); }
 END_TEST
 
 START_TEST(test_flush_residual) { ck_assert_int_eq(mp_run(2, body_flush, NULL, 60, NULL), 0); }

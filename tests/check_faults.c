@@ -40,14 +40,6 @@
 #define ABORT_BOUND_S 5.0
 #define MAX_RANKS 8
 
-static void *shared_alloc(size_t bytes)
-{
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    ck_assert_ptr_ne(p, MAP_FAILED);
-    memset(p, 0, bytes);
-    return p;
-}
-
 static int is_tcp(flx_comm_h comm) { return strcmp(flx_comm_net_name(comm), "tcp") == 0; }
 
 /* every child reaped: no zombie left behind */
@@ -71,14 +63,21 @@ static void fault_env_clear(void)
 }
 
 /* n ranks of body under FLX_TIMEOUT timeout (no calibration), killed after
- * harness_s; every rank must pass and no child may be left */
-static void run_fault(int n, mp_raw_body_t body, void *arg, const char *timeout, double harness_s)
+ * harness_s, at most tries runs (mp_run_raw_again: name); every rank must
+ * pass and no child may be left */
+static void run_fault_again(int n, mp_raw_body_t body, void *arg, const char *timeout,
+                            double harness_s, int tries, const char *name)
 {
     setenv("FLX_TIMEOUT", timeout, 1);
     setenv("FLX_CALIBRATE", "no", 1);
-    ck_assert_int_eq(mp_run_raw(n, body, arg, harness_s, NULL), 0);
+    ck_assert_int_eq(mp_run_raw_again(n, body, arg, harness_s, tries, name), 0);
     assert_no_children();
     fault_env_clear();
+}
+
+static void run_fault(int n, mp_raw_body_t body, void *arg, const char *timeout, double harness_s)
+{
+    run_fault_again(n, body, arg, timeout, harness_s, 1, "run_fault");
 }
 
 /* ---- SIGKILL at a random moment -------------------------------------------- */
@@ -279,7 +278,7 @@ START_TEST(test_kill_trials)
     double worst = 0, sum = 0;
     int nerr = 0;
     unsigned rng = (unsigned)getpid();
-    kill_trial_t *t = shared_alloc(sizeof(*t));
+    kill_trial_t *t = mp_shared_alloc(sizeof(*t));
 
     fault_env();
     for (int i = 0; i < trials; i++) {
@@ -371,7 +370,7 @@ static int raw_root_dies(int rank, int size, const char *root, void *arg)
 
 START_TEST(test_root_dies_in_bootstrap)
 {
-    root_death_t *rd = shared_alloc(sizeof(*rd));
+    root_death_t *rd = mp_shared_alloc(sizeof(*rd));
     int codes[3];
 
     rd->when = _i;
@@ -791,7 +790,7 @@ static int raw_send_to_failed(int rank, int size, const char *root, void *arg)
 
 START_TEST(test_send_to_failed)
 {
-    double *abort_t = shared_alloc(sizeof(*abort_t));
+    double *abort_t = mp_shared_alloc(sizeof(*abort_t));
 
     run_fault(2, raw_send_to_failed, abort_t, "20s", 40);
     munmap(abort_t, sizeof(*abort_t));
@@ -1017,8 +1016,6 @@ START_TEST(test_cut_message)
 }
 END_TEST
 
-#define LONG_TIMED_OUT 2 /* a rank's exit code: its call timed out or lost its peer */
-
 /* FLX_TIMEOUT is for a message that stops, not for one that takes long:
  * one 768 MiB message (FLX_CHUNK_SIZE 1g) under FLX_TIMEOUT 150 ms takes
  * 0.4-1.8 s on loopback and must arrive whole (the wait's clock starts
@@ -1044,7 +1041,7 @@ static int raw_long_message(int rank, int size, const char *root, void *arg)
     if (st != FLX_OK) {
         mp_fail(rank, "a %zu MiB broadcast under FLX_TIMEOUT 150 ms: %s after %.3f s",
                 n * sizeof(float) >> 20, flx_status_name(st), flx_time_now() - t0);
-        return st == FLX_ERR_TIMED_OUT || st == FLX_ERR_PEER_LOST ? LONG_TIMED_OUT : 1;
+        return st == FLX_ERR_TIMED_OUT || st == FLX_ERR_PEER_LOST ? MP_AGAIN : 1;
     }
     for (size_t i = 0; i < n; i++)
         if (buf[i] != (float)(i % 1000))
@@ -1059,27 +1056,13 @@ static int raw_long_message(int rank, int size, const char *root, void *arg)
 /* A rank off the CPU for 150 ms to 1 s (a pause of its own over 1 s is
  * not counted: FLX_STALL_S) stops the bytes for that long, and its peer
  * rightly times out; such a try, where every failing rank timed out or
- * lost its peer, is run again, at most 3 tries in all. Counting the whole
- * message against the timeout fails every try (the message takes 0.4-1.8 s),
- * and a wrong element fails at once. */
+ * lost its peer (MP_AGAIN), is run again, at most 3 tries in all.
+ * Counting the whole message against the timeout fails every try (the
+ * message takes 0.4-1.8 s), and a wrong element fails at once. */
 START_TEST(test_long_message)
 {
-    int codes[2], failed = 0;
-
     setenv("FLX_CHUNK_SIZE", "1g", 1);
-    setenv("FLX_TIMEOUT", "150ms", 1);
-    setenv("FLX_CALIBRATE", "no", 1);
-    for (int try = 0; try < 3; try++) {
-        failed = mp_run_raw(2, raw_long_message, NULL, 60, codes);
-        if (failed == 0 || (codes[0] != 0 && codes[0] != LONG_TIMED_OUT) ||
-            (codes[1] != 0 && codes[1] != LONG_TIMED_OUT))
-            break;
-        fprintf(stderr, "test_long_message: try %d of 3 timed out (exit codes %d, %d)\n",
-                try + 1, codes[0], codes[1]);
-    }
-    ck_assert_int_eq(failed, 0);
-    assert_no_children();
-    fault_env_clear();
+    run_fault_again(2, raw_long_message, NULL, "150ms", 60, 3, "test_long_message");
     unsetenv("FLX_CHUNK_SIZE");
 }
 END_TEST

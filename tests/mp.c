@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -64,6 +65,17 @@ int mp_nranks_wanted(int n)
             return wanted;
         p = end + 1;
     }
+}
+
+void *mp_shared_alloc(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+    if (p == MAP_FAILED) {
+        perror("mp_shared_alloc");
+        exit(99);
+    }
+    return p; /* anonymous: zeroed */
 }
 
 int mp_fail(int rank, const char *fmt, ...)
@@ -167,6 +179,44 @@ int mp_run_raw(int size, mp_raw_body_t body, void *arg, double timeout_s, int *e
 {
     mp_job_t job = {.raw = body, .arg = arg};
     return mp_launch(size, &job, timeout_s, exit_codes_p);
+}
+
+static int mp_launch_again(int size, const mp_job_t *job, double timeout_s, int tries,
+                           const char *name)
+{
+    int *codes = calloc((size_t)size, sizeof(int)), failed = 0;
+
+    if (codes == NULL) {
+        perror("mp_run_again");
+        exit(99);
+    }
+    for (int t = 0; t < tries; t++) {
+        int again = 1;
+
+        failed = mp_launch(size, job, timeout_s, codes);
+        for (int r = 0; r < size; r++)
+            again &= codes[r] == 0 || codes[r] == MP_AGAIN;
+        if (failed == 0 || !again)
+            break;
+        fprintf(stderr, "%s: run %d of at most %d: every rank that failed may have met this "
+                "machine, not a bug (MP_AGAIN)\n", name, t + 1, tries);
+    }
+    free(codes);
+    return failed;
+}
+
+int mp_run_again(int size, mp_body_t body, void *arg, double timeout_s, int tries,
+                 const char *name)
+{
+    mp_job_t job = {.body = body, .arg = arg};
+    return mp_launch_again(size, &job, timeout_s, tries, name);
+}
+
+int mp_run_raw_again(int size, mp_raw_body_t body, void *arg, double timeout_s, int tries,
+                     const char *name)
+{
+    mp_job_t job = {.raw = body, .arg = arg};
+    return mp_launch_again(size, &job, timeout_s, tries, name);
 }
 
 int mp_capture_start(char *path)

@@ -22,6 +22,18 @@ void mp_free_root(char *buf, size_t len);
  * 128+signal. */
 int mp_run(int size, mp_body_t body, void *arg, double timeout_s, int *exit_codes_p);
 int mp_run_raw(int size, mp_raw_body_t body, void *arg, double timeout_s, int *exit_codes_p);
+/* A rank's exit code saying that its run may have failed from this machine
+ * alone (a rank held off the CPU long enough to look stopped), not from the
+ * code under test.  mp_run_again and mp_run_raw_again run body again, at
+ * most tries runs in all, while every rank that failed exited with it, and
+ * return the last run's count of ranks that failed; name heads the line
+ * each retry prints.  A bug of the kind the test is for fails every run;
+ * any other failure ends it at once. */
+#define MP_AGAIN 2
+int mp_run_again(int size, mp_body_t body, void *arg, double timeout_s, int tries,
+                 const char *name);
+int mp_run_raw_again(int size, mp_raw_body_t body, void *arg, double timeout_s, int tries,
+                     const char *name);
 /* Create the communicator of a test rank explicitly. */
 flx_status_t mp_comm_create(int rank, int size, const char *root, flx_comm_h *comm_p);
 
@@ -36,6 +48,10 @@ int mp_nranks_wanted(int n);
  * mp_capture_start returns the saved descriptor mp_capture_stop takes. */
 int mp_capture_start(char *path);
 int mp_capture_stop(int saved, const char *path, const char *pattern);
+
+/* bytes of zeroed memory that the ranks forked after it share with this
+ * process (MAP_SHARED; free with munmap); exits 99 where it cannot. */
+void *mp_shared_alloc(size_t bytes);
 
 /* Print a failure from inside a rank and return 1. */
 int mp_fail(int rank, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
